@@ -1,0 +1,39 @@
+# Two commands for a new machine: `make demo` and `make test`. Each sets up .venv itself and is safe to rerun.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch first, pinned: a range would pull the newest CUDA build (GBs); 2.13.0 resolves to the CPU wheel here.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv demo test test-fast crds e2e-kind e2e-cluster clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_PIN)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/ascend-train local demo --file examples/quickstart.yaml
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not engine and not e2e"
+
+crds: venv
+	$(BIN)/python -m ascend_operator.api.crdgen --write crds/
+
+e2e-kind:
+	bash tests/cluster/e2e-kind.sh
+
+e2e-cluster:
+	bash tests/cluster/e2e-cluster.sh
+
+clean:
+	rm -rf $(VENV) .local-cluster

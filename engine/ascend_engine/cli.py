@@ -1,0 +1,39 @@
+"""``ascend-engine <command>``: one console script, one module per command, imported only when used.
+
+Each command module exposes ``add_arguments(parser)`` and ``run(args) -> int``; torch is imported by the
+commands that need it, never by ``--help`` or by the config models.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "train": ("ascend_engine.train.command", "pretrain / SFT / LoRA on Megatron-core (run under torchrun)"),
+    "preprocess": ("ascend_engine.prep.command", "raw data -> Megatron indexed dataset (MindSpeed-LLM flags)"),
+    "convert": ("ascend_engine.convert.command", "HF <-> Megatron-core checkpoints, resharding, LoRA merge"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="ascend-engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # only the chosen command's module is imported
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    from .config.loader import ConfigError
+
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except ConfigError as e:
+        print(f"ascend-engine {args.command}: invalid config:\n{e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

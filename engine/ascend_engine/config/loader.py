@@ -1,0 +1,158 @@
+"""Load a config from YAML and Megatron-style flags; report errors as ``file:line: field: message``."""
+from __future__ import annotations
+
+import argparse
+import enum
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .base import Flag
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file, line and field."""
+
+
+# ---------------------------------------------------------------- YAML with line numbers
+
+def _yaml_lines(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    out = {} if out is None else out
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            out[path + (key.value,)] = key.start_mark.line + 1
+            _yaml_lines(value, path + (key.value,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _yaml_lines(item, path + (i,), out)
+    return out
+
+
+def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple, int]]:
+    """Parse a YAML mapping and remember the line of every key (1-based)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(e, 'problem', e)}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: the config must be a mapping, got {type(data).__name__}")
+    return data, _yaml_lines(node) if node is not None else {}
+
+
+def format_validation_error(err: ValidationError, source: str, lines: dict[tuple, int] | None = None,
+                            prefix: tuple = ()) -> str:
+    """One line per problem: ``job.yaml:12: parallel.tensorModelParallelSize: Input should be ...``."""
+    lines = lines or {}
+    out = []
+    for e in err.errors():
+        loc = tuple(prefix) + tuple(e["loc"])
+        line = None
+        for n in range(len(loc), -1, -1):  # the deepest key that exists in the file
+            if loc[:n] in lines:
+                line = lines[loc[:n]]
+                break
+        where = f"{source}:{line}" if line else source
+        field = ".".join(str(p) for p in loc) or "(root)"
+        out.append(f"{where}: {field}: {e['msg']}")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- flags from the model
+
+def _unwrap_optional(tp: Any) -> Any:
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def iter_flag_fields(model: type[BaseModel], path: tuple[str, ...] = ()):
+    """Yield (alias path, annotation, Flag) for every flagged field, walking nested models."""
+    for name, field in model.model_fields.items():
+        alias = field.alias or name
+        tp = _unwrap_optional(field.annotation)
+        flags = [m for m in field.metadata if isinstance(m, Flag)]
+        if flags:
+            yield path + (alias,), tp, flags[0]
+        elif _is_model(tp):
+            yield from iter_flag_fields(tp, path + (alias,))
+
+
+def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
+    """Add one argparse option per flagged field; return dest -> alias path."""
+    dests: dict[str, tuple[str, ...]] = {}
+    for path, tp, flag in iter_flag_fields(model):
+        dest = "cfg__" + "__".join(path)
+        kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS,
+                                  "help": flag.help or ".".join(path)}
+        origin = get_origin(tp)
+        if tp is bool:
+            kwargs["action"] = "store_false" if flag.invert else "store_true"
+        elif origin in (list, tuple):
+            kwargs["nargs"] = "+"
+            inner = get_args(tp)[0] if get_args(tp) else str
+            if get_origin(inner) is Literal:
+                kwargs["choices"] = list(get_args(inner))
+        elif origin is Literal:
+            kwargs["choices"] = list(get_args(tp))
+        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+            kwargs["choices"] = [m.value for m in tp]
+        parser.add_argument(*flag.names, **kwargs)
+        dests[dest] = path
+    return dests
+
+
+def _set_path(data: dict, path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        data = data.setdefault(key, {})
+    data[path[-1]] = value
+
+
+def build_config(model: type[M], args: argparse.Namespace, dests: dict[str, tuple[str, ...]],
+                 config_path: str | None = None, section: str | None = None) -> M:
+    """YAML file (if any) first, flags on top, then one validation with errors that name file and line.
+
+    ``section`` lets the engine read a whole custom resource (``spec.train``) as well as a bare config.
+    """
+    data: dict[str, Any] = {}
+    lines: dict[tuple, int] = {}
+    prefix: tuple = ()
+    source = config_path or "command line"
+    if config_path:
+        data, lines = read_yaml(config_path)
+        if section and "apiVersion" in data and "kind" in data:
+            spec = data.get("spec") or {}
+            if section not in spec:
+                raise ConfigError(f"{config_path}: {data['kind']} has no spec.{section}")
+            prefix = ("spec", section)
+            data = spec[section] or {}
+    for dest, path in dests.items():
+        if hasattr(args, dest):
+            _set_path(data, path, getattr(args, dest))
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        # Flags given on the command line have no line; their loc still names the field.
+        raise ConfigError(format_validation_error(e, source, lines, prefix)) from None

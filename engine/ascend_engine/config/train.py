@@ -1,0 +1,244 @@
+"""``TrainConfig``: what ``ascend-engine train`` runs and what ``AscendTrainJob.spec.train`` holds.
+
+Field names follow Megatron-LM / MindSpeed-LLM (as camelCase in YAML, as their own flags on the CLI), so a
+launch script's flags carry over one to one.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from .base import EngineModel, Flag
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class ModelConfig(EngineModel):
+    """Transformer shape, as Megatron's GPTModel takes it."""
+
+    numLayers: Annotated[PositiveInt, Flag("--num-layers")] = 2
+    """Number of transformer layers."""
+    hiddenSize: Annotated[PositiveInt, Flag("--hidden-size")] = 64
+    """Hidden size."""
+    ffnHiddenSize: Annotated[PositiveInt | None, Flag("--ffn-hidden-size")] = None
+    """MLP hidden size; default 4 x hiddenSize."""
+    numAttentionHeads: Annotated[PositiveInt, Flag("--num-attention-heads")] = 4
+    """Number of attention heads."""
+    groupQueryAttention: Annotated[bool, Flag("--group-query-attention")] = False
+    """Use grouped-query attention with numQueryGroups key/value heads."""
+    numQueryGroups: Annotated[PositiveInt | None, Flag("--num-query-groups")] = None
+    """Key/value head groups for GQA; default numAttentionHeads (plain multi-head attention)."""
+    kvChannels: Annotated[PositiveInt | None, Flag("--kv-channels")] = None
+    """Head dimension; default hiddenSize / numAttentionHeads (Qwen3 sets 128 explicitly)."""
+    maxPositionEmbeddings: Annotated[PositiveInt | None, Flag("--max-position-embeddings")] = None
+    """Longest sequence the position embedding covers; default the training seqLength."""
+    vocabSize: Annotated[PositiveInt, Flag("--vocab-size")] = 256
+    """Tokenizer vocabulary size (before padding)."""
+    paddedVocabSize: Annotated[PositiveInt | None, Flag("--padded-vocab-size")] = None
+    """Exact padded vocabulary size; overrides makeVocabSizeDivisibleBy."""
+    makeVocabSizeDivisibleBy: Annotated[PositiveInt, Flag("--make-vocab-size-divisible-by")] = 128
+    """Pad the vocabulary to a multiple of this value times tensorModelParallelSize."""
+    normalization: Annotated[Literal["RMSNorm", "LayerNorm"], Flag("--normalization")] = "RMSNorm"
+    """Normalization layer."""
+    normEpsilon: Annotated[float, Field(gt=0), Flag("--norm-epsilon")] = 1e-6
+    """Epsilon of the normalization layers."""
+    swiglu: Annotated[bool, Flag("--swiglu")] = True
+    """SwiGLU MLP (gate and up projections)."""
+    positionEmbeddingType: Annotated[Literal["rope", "learned_absolute", "none"],
+                                     Flag("--position-embedding-type")] = "rope"
+    """Position embedding."""
+    rotaryBase: Annotated[float, Field(gt=0), Flag("--rotary-base")] = 10000.0
+    """RoPE base frequency (Qwen3 uses 1000000)."""
+    qkLayernorm: Annotated[bool, Flag("--qk-layernorm")] = False
+    """RMSNorm on queries and keys per head (Qwen3)."""
+    addQkvBias: Annotated[bool, Flag("--add-qkv-bias")] = False
+    """Bias on the fused QKV projection only (Qwen2/2.5)."""
+    addBiasLinear: Annotated[bool, Flag("--add-bias-linear")] = False
+    """Biases on all linear layers; --disable-bias-linear (the default) turns them off."""
+    untieEmbeddingsAndOutputWeights: Annotated[bool, Flag("--untie-embeddings-and-output-weights")] = True
+    """Separate output layer instead of sharing the input embedding."""
+    attentionDropout: Annotated[float, Field(ge=0, lt=1), Flag("--attention-dropout")] = 0.0
+    """Dropout on attention probabilities."""
+    hiddenDropout: Annotated[float, Field(ge=0, lt=1), Flag("--hidden-dropout")] = 0.0
+    """Dropout on hidden states."""
+    initMethodStd: Annotated[float, Field(gt=0), Flag("--init-method-std")] = 0.02
+    """Standard deviation of the weight initialisation."""
+
+    @property
+    def num_query_groups(self) -> int:
+        return self.numQueryGroups if self.groupQueryAttention and self.numQueryGroups else self.numAttentionHeads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kvChannels or self.hiddenSize // self.numAttentionHeads
+
+    @property
+    def ffn_hidden_size(self) -> int:
+        return self.ffnHiddenSize or 4 * self.hiddenSize
+
+    def padded_vocab_size(self, tensor_parallel: int) -> int:
+        if self.paddedVocabSize:
+            return self.paddedVocabSize
+        multiple = self.makeVocabSizeDivisibleBy * tensor_parallel
+        return -(-self.vocabSize // multiple) * multiple
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ModelConfig":
+        if self.numAttentionHeads % self.num_query_groups:
+            raise ValueError(f"numAttentionHeads ({self.numAttentionHeads}) must be divisible by "
+                             f"numQueryGroups ({self.num_query_groups})")
+        if self.kvChannels is None and self.hiddenSize % self.numAttentionHeads:
+            raise ValueError(f"hiddenSize ({self.hiddenSize}) must be divisible by numAttentionHeads "
+                             f"({self.numAttentionHeads}) unless kvChannels is set")
+        return self
+
+
+class ParallelConfig(EngineModel):
+    """How the model is split over devices; data parallelism is what remains of the world size."""
+
+    tensorModelParallelSize: Annotated[PositiveInt, Flag("--tensor-model-parallel-size")] = 1
+    """Tensor parallel size (TP)."""
+    pipelineModelParallelSize: Annotated[PositiveInt, Flag("--pipeline-model-parallel-size")] = 1
+    """Pipeline parallel size (PP), scheduled as 1F1B."""
+    useDistributedOptimizer: Annotated[bool, Flag("--use-distributed-optimizer")] = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+    sequenceParallel: Annotated[bool, Flag("--sequence-parallel")] = False
+    """Sequence parallelism with TP (needs a fused RMSNorm: NPU or CUDA, not CPU)."""
+
+
+class TrainingConfig(EngineModel):
+    """Batch sizes, length, precision and schedule of the run."""
+
+    microBatchSize: Annotated[PositiveInt, Flag("--micro-batch-size")] = 1
+    """Samples per micro-batch per data-parallel rank."""
+    globalBatchSize: Annotated[PositiveInt, Flag("--global-batch-size")] = 2
+    """Samples per optimizer step over all data-parallel ranks (gradient accumulation fills the gap)."""
+    seqLength: Annotated[PositiveInt, Flag("--seq-length")] = 64
+    """Tokens per sample."""
+    trainIters: Annotated[PositiveInt, Flag("--train-iters")] = 10
+    """Optimizer steps to run."""
+    seed: Annotated[int, Flag("--seed")] = 1234
+    """Random seed for weights, data order and dropout."""
+    precision: Annotated[Literal["fp32", "bf16", "fp16"], Flag("--precision")] = "fp32"
+    """Training precision; --bf16 and --fp16 are accepted as well."""
+    recomputeGranularity: Annotated[Literal["full", "selective"] | None,
+                                    Flag("--recompute-granularity")] = None
+    """Activation recomputation."""
+
+
+class OptimizerConfig(EngineModel):
+    """Adam(W) and the learning-rate schedule."""
+
+    optimizer: Annotated[Literal["adam", "sgd"], Flag("--optimizer")] = "adam"
+    """Optimizer (adam is AdamW with decoupled weight decay, as in Megatron)."""
+    lr: Annotated[float, Field(gt=0), Flag("--lr")] = 1e-3
+    """Peak learning rate."""
+    minLr: Annotated[float, Field(ge=0), Flag("--min-lr")] = 0.0
+    """Learning rate at the end of decay."""
+    lrDecayStyle: Annotated[Literal["constant", "linear", "cosine"], Flag("--lr-decay-style")] = "cosine"
+    """Decay after warm-up."""
+    lrWarmupIters: Annotated[int, Field(ge=0), Flag("--lr-warmup-iters")] = 0
+    """Warm-up steps."""
+    lrWarmupFraction: Annotated[float | None, Field(ge=0, le=1), Flag("--lr-warmup-fraction")] = None
+    """Warm-up as a fraction of trainIters (overrides lrWarmupIters)."""
+    weightDecay: Annotated[float, Field(ge=0), Flag("--weight-decay")] = 0.01
+    """Decoupled weight decay."""
+    clipGrad: Annotated[float, Field(ge=0), Flag("--clip-grad")] = 1.0
+    """Global gradient-norm clipping (0 disables)."""
+    adamBeta1: Annotated[float, Field(gt=0, lt=1), Flag("--adam-beta1")] = 0.9
+    """Adam beta1."""
+    adamBeta2: Annotated[float, Field(gt=0, lt=1), Flag("--adam-beta2")] = 0.95
+    """Adam beta2."""
+    adamEps: Annotated[float, Field(gt=0), Flag("--adam-eps")] = 1e-8
+    """Adam epsilon."""
+
+
+class DataConfig(EngineModel):
+    """Training data: indexed-dataset prefixes, or a synthetic learnable sequence when none are given."""
+
+    dataPath: Annotated[list[str], Flag("--data-path")] = []
+    """Dataset prefixes (not file names), optionally weighted: ["0.7", "a_text_document", "0.3", "b"]."""
+    split: Annotated[str, Flag("--split")] = "100,0,0"
+    """Train/valid/test split of each dataset."""
+    mockData: Annotated[bool, Flag("--mock-data")] = False
+    """Train on synthetic data (a learnable repeating token pattern); implied when dataPath is empty."""
+
+
+class CheckpointConfig(EngineModel):
+    """Megatron checkpoint layout: ``<save>/iter_0000010/mp_rank_00[_000]/model_optim_rng.pt``."""
+
+    save: Annotated[str | None, Flag("--save")] = None
+    """Directory to save checkpoints to."""
+    saveInterval: Annotated[PositiveInt | None, Flag("--save-interval")] = None
+    """Save every N steps (and always at the end when save is set)."""
+    load: Annotated[str | None, Flag("--load")] = None
+    """Directory to resume or start from."""
+    finetune: Annotated[bool, Flag("--finetune")] = False
+    """Load weights only and start at iteration 0."""
+    loadOptim: Annotated[bool, Flag("--no-load-optim", invert=True)] = True
+    """Restore optimizer state when loading."""
+    loadRng: Annotated[bool, Flag("--no-load-rng", invert=True)] = True
+    """Restore random-number-generator state when loading."""
+
+
+class ObservabilityConfig(EngineModel):
+    """Logs and the rank-0 metrics endpoint the operator reads."""
+
+    logInterval: Annotated[PositiveInt, Flag("--log-interval")] = 1
+    """Log a line every N steps."""
+    metricsPort: Annotated[int | None, Field(ge=1, le=65535), Flag("--metrics-port")] = 9400
+    """Port of rank 0's Prometheus endpoint (null disables)."""
+    tensorboardDir: Annotated[str | None, Flag("--tensorboard-dir")] = None
+    """Write TensorBoard scalars here."""
+
+
+class TrainConfig(EngineModel):
+    """Everything ``ascend-engine train`` needs; ``AscendTrainJob.spec.train`` is this model."""
+
+    device: Annotated[Literal["auto", "npu", "cuda", "cpu"], Flag("--device")] = "auto"
+    """Accelerator backend; auto picks npu, then cuda, then cpu."""
+    model: ModelConfig = ModelConfig()
+    """Model architecture."""
+    parallel: ParallelConfig = ParallelConfig()
+    """Parallelism."""
+    training: TrainingConfig = TrainingConfig()
+    """Batch, sequence, steps and precision."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """Optimizer and learning-rate schedule."""
+    data: DataConfig = DataConfig()
+    """Training data."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Saving and loading."""
+    observability: ObservabilityConfig = ObservabilityConfig()
+    """Logging and metrics."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TrainConfig":
+        m, p, t = self.model, self.parallel, self.training
+        tp, pp = p.tensorModelParallelSize, p.pipelineModelParallelSize
+        for name, value in (("numAttentionHeads", m.numAttentionHeads), ("numQueryGroups", m.num_query_groups),
+                            ("ffnHiddenSize", m.ffn_hidden_size)):
+            if value % tp:
+                raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.{name} ({value})")
+        if m.numLayers % pp:
+            raise ValueError(f"parallel.pipelineModelParallelSize ({pp}) must divide model.numLayers ({m.numLayers})")
+        if t.globalBatchSize % t.microBatchSize:
+            raise ValueError(f"training.globalBatchSize ({t.globalBatchSize}) must be a multiple of "
+                             f"training.microBatchSize ({t.microBatchSize})")
+        if p.sequenceParallel and tp == 1:
+            raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
+        return self
+
+    def check_world_size(self, world_size: int) -> int:
+        """Validate against the launched world; returns the data-parallel size."""
+        tp, pp = self.parallel.tensorModelParallelSize, self.parallel.pipelineModelParallelSize
+        if world_size % (tp * pp):
+            raise ValueError(f"world size {world_size} (nnodes x nprocPerNode) is not divisible by "
+                             f"tensorModelParallelSize x pipelineModelParallelSize = {tp} x {pp}")
+        dp = world_size // (tp * pp)
+        per_step = self.training.microBatchSize * dp
+        if self.training.globalBatchSize % per_step:
+            raise ValueError(f"training.globalBatchSize ({self.training.globalBatchSize}) must be a multiple of "
+                             f"microBatchSize x data-parallel size = {self.training.microBatchSize} x {dp}")
+        return dp

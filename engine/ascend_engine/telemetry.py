@@ -1,0 +1,98 @@
+"""Progress lines and rank-0 Prometheus metrics, shared by every engine command.
+
+The operator reads these metrics from rank 0 on a timer and copies them into the resource's
+``status.progress``; Prometheus can scrape the same endpoint. Metric names are the contract
+(see ``METRIC_NAMES``); the operator's reader imports the same names.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TextIO
+
+# Metric name -> status.progress field. The operator imports this table, so the two never drift.
+METRIC_NAMES = {
+    "ascend_progress_iteration": "iteration",
+    "ascend_progress_total": "trainIters",
+    "ascend_progress_percent": "percent",
+    "ascend_train_loss": "loss",
+    "ascend_train_learning_rate": "learningRate",
+    "ascend_train_tokens_per_second": "tokensPerSecond",
+    "ascend_train_mfu": "mfu",
+    "ascend_progress_eta_seconds": "etaSeconds",
+    "ascend_checkpoint_last_iteration": "lastCheckpointIteration",
+}
+
+
+class Metrics:
+    """Gauges in a private registry, served over HTTP only where ``serve`` is called (rank 0)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Gauge
+
+        self.registry = CollectorRegistry()
+        self._gauges = {name: Gauge(name, field, registry=self.registry) for name, field in METRIC_NAMES.items()}
+
+    def serve(self, port: int, addr: str | None = None) -> None:
+        """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=addr or os.environ.get("POD_IP") or "0.0.0.0", registry=self.registry)
+
+    def set(self, **fields: float) -> None:
+        by_field = {f: n for n, f in METRIC_NAMES.items()}
+        for field, value in fields.items():
+            if value is not None:
+                self._gauges[by_field[field]].set(float(value))
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """A periodic line with done/total, rate and ETA, and a one-line summary at the end."""
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "items", interval_s: float = 5.0,
+                 stream: TextIO | None = None, enabled: bool = True):
+        self.what, self.total, self.unit = what, total, unit
+        self.interval_s, self.stream, self.enabled = interval_s, stream or sys.stderr, enabled
+        self.done = 0
+        self.start = self._last = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def rate(self) -> float:
+        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+
+    def eta(self) -> float | None:
+        if not self.total or not self.done:
+            return None
+        return (self.total - self.done) / max(self.rate(), 1e-12)
+
+    def update(self, n: int = 1, extra: str = "") -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self._last >= self.interval_s:
+            self._last = now
+            self.stream.write(self.line(extra) + "\n")
+            self.stream.flush()
+
+    def line(self, extra: str = "") -> str:
+        total = f"/{self.total}" if self.total else ""
+        pct = f" ({100.0 * self.done / self.total:.1f}%)" if self.total else ""
+        eta = self.eta()
+        eta_s = f", ETA {format_seconds(eta)}" if eta is not None else ""
+        tail = f", {extra}" if extra else ""
+        return f"[{self.what}] {self.done}{total} {self.unit}{pct}, {self.rate():.1f} {self.unit}/s{eta_s}{tail}"
+
+    def summary(self, text: str) -> None:
+        if self.enabled:
+            self.stream.write(f"[{self.what}] done in {self.elapsed:.1f}s: {text}\n")
+            self.stream.flush()
