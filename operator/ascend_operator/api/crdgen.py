@@ -1,0 +1,139 @@
+"""Generate the CRDs under ``crds/`` from the pydantic models (``make crds``); a test fails when they drift.
+
+Pydantic writes JSON Schema (draft 2020-12); Kubernetes wants a *structural* OpenAPI v3 schema: no $ref, no
+anyOf-with-null (``nullable: true`` instead), boolean ``exclusiveMinimum``, no ``title``/``const``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .group import API_GROUP, API_VERSION
+from .resources import RESOURCES, Resource
+
+_DROP = {"title", "$defs", "discriminator"}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    """Inline $refs and translate JSON Schema constructs to their OpenAPI v3 (structural) forms."""
+    if isinstance(node, list):
+        return [_resolve(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]])
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    node = dict(node)
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        non_null = [s for s in any_of if s.get("type") != "null"]
+        if len(non_null) != 1:
+            raise ValueError(f"cannot express anyOf {any_of} structurally")
+        node = {**_resolve(non_null[0], defs), **node, "nullable": True}
+        if node.get("default", ...) is None:
+            del node["default"]  # null is the absence of a value; no need to default to it
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        elif key == "properties":
+            out[key] = {k: _resolve(v, defs) for k, v in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _resolve(value, defs)
+        else:
+            out[key] = value
+    if out.get("additionalProperties") is False:
+        # Structural schemas forbid it next to `properties`; the API server prunes unknown fields instead
+        # (and kubectl's server-side field validation reports them).
+        del out["additionalProperties"]
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("additionalProperties", None)
+        if out.get("type") == "array":
+            out["items"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    elif out.get("additionalProperties") is True:  # dict[str, Any]
+        out.pop("additionalProperties")
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def openapi_schema(model: type) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _resolve(raw, raw.get("$defs", {}))
+
+
+def crd(resource: Resource) -> dict[str, Any]:
+    k = resource.kind
+    spec_schema = openapi_schema(resource.spec)
+    status_schema = openapi_schema(resource.status)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": k.crd_name, "labels": {"app.kubernetes.io/part-of": "ascend-train-operator"}},
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": k.kind, "plural": k.plural, "singular": k.singular, "shortNames": [k.short],
+                      "listKind": f"{k.kind}List", "categories": ["ascendtrain", "all"]},
+            "versions": [{
+                "name": API_VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": n, "type": t, "jsonPath": p, "description": d} for n, t, p, d in resource.columns
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": resource.description,
+                    "required": ["spec"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema,
+                        "status": status_schema,
+                    },
+                }},
+            }],
+        },
+    }
+
+
+def render_all() -> dict[str, str]:
+    """File name -> YAML text for every kind."""
+    header = "# GENERATED by `make crds` from operator/ascend_operator/api (pydantic models). Do not edit.\n"
+    return {f"{r.kind.crd_name}.yaml": header + yaml.safe_dump(crd(r), sort_keys=False, width=120)
+            for r in RESOURCES.values()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", metavar="DIR", help="write the CRDs into DIR (otherwise print them)")
+    args = parser.parse_args(argv)
+    files = render_all()
+    if not args.write:
+        sys.stdout.write("---\n".join(files.values()))
+        return 0
+    out = Path(args.write)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text)
+        print(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

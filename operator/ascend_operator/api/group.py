@@ -1,0 +1,34 @@
+"""Names of the API group and its kinds, in one place."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+API_GROUP = "ascendtrain.dev"
+API_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    plural: str
+    singular: str
+    short: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{API_GROUP}/{API_VERSION}"
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{API_GROUP}"
+
+
+TRAIN_JOB = Kind("AscendTrainJob", "ascendtrainjobs", "ascendtrainjob", "atj")
+DATASET_PREP = Kind("DatasetPrep", "datasetpreps", "datasetprep", "dsp")
+CHECKPOINT_CONVERT = Kind("CheckpointConvert", "checkpointconverts", "checkpointconvert", "ckc")
+KINDS = (TRAIN_JOB, DATASET_PREP, CHECKPOINT_CONVERT)
+
+# Labels and annotations the operator puts on what it creates.
+LABEL_JOB_NAME = f"{API_GROUP}/job-name"
+LABEL_JOB_KIND = f"{API_GROUP}/job-kind"
+LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"

@@ -1,0 +1,120 @@
+"""Kubernetes-side pieces shared by every kind: the pod template knobs, conditions and status blocks.
+
+Large upstream structures (tolerations, affinity, volumes) are passed through as they are written in a
+Pod spec; the CRD marks them ``x-kubernetes-preserve-unknown-fields`` instead of copying the upstream schema.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# A field whose value is an upstream Kubernetes structure, kept verbatim.
+Passthrough = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
+class KubeModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel,
+                              use_attribute_docstrings=True)
+
+
+class EnvVar(KubeModel):
+    """An environment variable with a literal value."""
+
+    name: Annotated[str, Field(min_length=1)]
+    """Variable name."""
+    value: str = ""
+    """Value."""
+
+
+class ResourceList(KubeModel):
+    """CPU and memory for the container (devices are requested from `devices`)."""
+
+    requests: dict[str, str] = {}
+    """Requests, e.g. {cpu: "16", memory: 256Gi}."""
+    limits: dict[str, str] = {}
+    """Limits."""
+
+
+class PodSettings(KubeModel):
+    """How each pod is run: image, resources, scheduling and storage."""
+
+    image: Annotated[str, Field(min_length=1)]
+    """Container image with ascend-engine (see the Dockerfile's engine-* targets)."""
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Image pull policy."""
+    imagePullSecrets: list[str] = []
+    """Names of Secrets to pull the image with."""
+    env: list[EnvVar] = []
+    """Extra environment variables."""
+    resources: ResourceList = ResourceList()
+    """CPU and memory requests and limits."""
+    serviceAccountName: str | None = None
+    """Service account of the pods."""
+    schedulerName: str | None = None
+    """Scheduler, e.g. volcano."""
+    priorityClassName: str | None = None
+    """Priority class."""
+    nodeSelector: dict[str, str] = {}
+    """Node selector."""
+    tolerations: Annotated[list[dict[str, Any]], Passthrough] = []
+    """Tolerations, as in a Pod spec."""
+    affinity: Annotated[dict[str, Any], Passthrough] = {}
+    """Affinity, as in a Pod spec."""
+    volumes: Annotated[list[dict[str, Any]], Passthrough] = []
+    """Volumes, as in a Pod spec (PVCs for data and checkpoints)."""
+    volumeMounts: Annotated[list[dict[str, Any]], Passthrough] = []
+    """Mounts of those volumes in the container."""
+    shmSize: str | None = "16Gi"
+    """Size of the memory-backed /dev/shm (data loader workers need it); null keeps the runtime's 64Mi."""
+
+
+class Condition(KubeModel):
+    """A condition, as in Kubernetes' own objects."""
+
+    type: str
+    """Created, Running, Restarting, Succeeded, Failed, Suspended, Pending."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = ""
+    """Machine-readable reason in CamelCase."""
+    message: str = ""
+    """Human-readable detail."""
+    lastTransitionTime: str | None = None
+    """When status last changed (RFC 3339)."""
+
+
+class ReplicaStatus(KubeModel):
+    """Pods by state."""
+
+    active: int = 0
+    """Pods pending or running."""
+    ready: int = 0
+    """Pods running and ready."""
+    succeeded: int = 0
+    """Pods that exited 0."""
+    failed: int = 0
+    """Pods that failed."""
+
+
+Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+
+
+class JobStatusBase(KubeModel):
+    """Status fields every kind shares."""
+
+    phase: Phase | None = None
+    """Pending, Running, Restarting, Succeeded, Failed or Suspended."""
+    conditions: list[Condition] = []
+    """Conditions with reasons and messages."""
+    replicas: ReplicaStatus | None = None
+    """Pods by state."""
+    restarts: int = 0
+    """Gang restarts so far."""
+    startTime: str | None = None
+    """When the first pod started running."""
+    completionTime: str | None = None
+    """When the job succeeded or failed."""
+    observedGeneration: int | None = None
+    """The spec generation this status describes."""

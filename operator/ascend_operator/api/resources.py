@@ -1,0 +1,37 @@
+"""Each kind's spec and status models with its printer columns: everything the CRD generator needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from .group import TRAIN_JOB, Kind
+from .train_job import AscendTrainJobSpec, AscendTrainJobStatus
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: Kind
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    columns: tuple[tuple[str, str, str, str], ...]  # (name, type, jsonPath, description)
+    description: str
+
+
+_AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation")
+_PHASE = ("Phase", "string", ".status.phase", "Pending, Running, Restarting, Succeeded, Failed or Suspended")
+
+RESOURCES: dict[str, Resource] = {
+    TRAIN_JOB.kind: Resource(
+        TRAIN_JOB, AscendTrainJobSpec, AscendTrainJobStatus,
+        columns=(
+            _PHASE,
+            ("Iter", "integer", ".status.progress.iteration", "Optimizer steps done"),
+            ("Loss", "number", ".status.progress.loss", "Latest LM loss"),
+            ("Tok/s", "number", ".status.progress.tokensPerSecond", "Tokens per second over all ranks"),
+            ("Restarts", "integer", ".status.restarts", "Gang restarts"),
+            _AGE,
+        ),
+        description="Pretraining or fine-tuning on N pods x M Ascend NPUs (or GPUs) with Megatron-core via torchrun.",
+    ),
+}

@@ -1,0 +1,35 @@
+"""Helpers the handlers of every kind share: one API client, spec validation with a named field."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import kopf
+from pydantic import BaseModel, ValidationError
+
+from ascend_engine.config.loader import format_validation_error
+
+from ..kubeclient import Kube
+from ..status import now, set_condition
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@lru_cache(maxsize=1)
+def kube() -> Kube:
+    return Kube()
+
+
+def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[str, Any],
+               body: Any) -> M | None:
+    """The spec as the engine will see it, or None after marking the job Failed with the field named."""
+    try:
+        return model.model_validate(dict(spec))
+    except ValidationError as e:
+        message = format_validation_error(e, f"{kind} {namespace}/{name}", prefix=("spec",))
+        at = now()
+        conditions = set_condition([], "Failed", "True", "InvalidSpec", message, at)
+        kube().patch_status(kind, namespace, name, {"phase": "Failed", "conditions": conditions,
+                                                    "completionTime": at})
+        kopf.warn(body, reason="InvalidSpec", message=message)
+        return None

@@ -1,0 +1,27 @@
+"""Read rank 0's Prometheus endpoint into ``status.progress`` (names from ascend_engine.telemetry)."""
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ascend_engine.telemetry import METRIC_NAMES
+
+_INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration"}
+
+
+def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
+    """Progress fields from a metrics URL, or None when it does not answer (pod starting, or gone)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    out: dict[str, float | int] = {}
+    for family in text_string_to_metric_families(text):
+        field = METRIC_NAMES.get(family.name)
+        if field and family.samples:
+            value = family.samples[0].value
+            out[field] = int(value) if field in _INTEGER_FIELDS else round(value, 6)
+    return out

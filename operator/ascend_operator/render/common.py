@@ -1,0 +1,76 @@
+"""Pieces every kind's pods share: labels, the engine ConfigMap, the container and pod skeleton."""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
+from ..api.kube import PodSettings
+
+CONFIG_MOUNT = "/etc/ascendtrain"
+CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"
+
+
+def job_labels(kind: str, name: str) -> dict[str, str]:
+    return {LABEL_JOB_NAME: name, LABEL_JOB_KIND: kind, "app.kubernetes.io/managed-by": "ascend-train-operator"}
+
+
+def config_map(kind: str, name: str, engine_config: dict[str, Any]) -> dict[str, Any]:
+    """The engine config the pod reads with ``--config``; the engine validates it again with the same model."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-config", "labels": job_labels(kind, name)},
+        "data": {"config.yaml": yaml.safe_dump(engine_config, sort_keys=False)},
+    }
+
+
+def container(settings: PodSettings, command: list[str], env: list[dict[str, Any]],
+              extra_limits: dict[str, str] | None = None) -> dict[str, Any]:
+    resources = {k: dict(v) for k, v in (("requests", settings.resources.requests),
+                                           ("limits", settings.resources.limits)) if v}
+    for key, value in (extra_limits or {}).items():  # extended resources: requests must equal limits
+        resources.setdefault("requests", {})[key] = value
+        resources.setdefault("limits", {})[key] = value
+    mounts = [{"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True}]
+    if settings.shmSize:
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return {
+        "name": "engine",
+        "image": settings.image,
+        "imagePullPolicy": settings.imagePullPolicy,
+        "command": command,
+        "env": env + [{"name": e.name, "value": e.value} for e in settings.env],
+        "resources": resources,
+        "volumeMounts": mounts + list(settings.volumeMounts),
+    }
+
+
+def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [{"name": "engine-config", "configMap": {"name": f"{name}-config"}}]
+    if settings.shmSize:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shmSize}})
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # restarts are the operator's decision (gang restart), not the kubelet's
+        "containers": [main],
+        "volumes": volumes + list(settings.volumes),
+    }
+    optional = {
+        "serviceAccountName": settings.serviceAccountName,
+        "schedulerName": settings.schedulerName,
+        "priorityClassName": settings.priorityClassName,
+        "nodeSelector": settings.nodeSelector or None,
+        "tolerations": settings.tolerations or None,
+        "affinity": settings.affinity or None,
+        "imagePullSecrets": [{"name": s} for s in settings.imagePullSecrets] or None,
+    }
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    return spec
+
+
+def env_list(values: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": str(v)} for k, v in values.items()]
+
+
+POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}

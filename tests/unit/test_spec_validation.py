@@ -1,0 +1,71 @@
+"""A bad job is rejected with the field named, and the CRD's CEL rule agrees with the engine's own check."""
+import celpy
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from ascend_engine.config.loader import ConfigError, build_config, format_validation_error
+from ascend_engine.config.train import TrainConfig
+from ascend_operator.api.crdgen import render_all
+from ascend_operator.api.train_job import AscendTrainJobSpec
+
+
+def _cel_rules():
+    crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec_schema["x-kubernetes-validations"]
+
+
+def _cel_ok(rule, spec):
+    env = celpy.Environment()
+    program = env.program(env.compile(rule["rule"]))
+    return bool(program.evaluate({"self": celpy.json_to_cel(spec)}))
+
+
+@pytest.mark.parametrize("nnodes,nproc,tp,pp,ok", [
+    (2, 1, 2, 1, True), (2, 8, 2, 4, True), (1, 3, 2, 1, False), (3, 1, 2, 1, False), (2, 2, 1, 8, False),
+])
+def test_world_size_rule_agrees_between_cel_and_pydantic(nnodes, nproc, tp, pp, ok):
+    spec = {"image": "x", "nnodes": nnodes, "nprocPerNode": nproc,
+            "train": {"model": {"numLayers": 8}, "parallel": {"tensorModelParallelSize": tp,
+                                                               "pipelineModelParallelSize": pp},
+                      "training": {"globalBatchSize": 64}}}
+    # The API server applies schema defaults before CEL; our model's defaults are the same values.
+    defaulted = AscendTrainJobSpec.model_validate(spec).model_dump(by_alias=True, mode="json") if ok else None
+    cel_input = defaulted or {**spec, "train": TrainConfig.model_validate(spec["train"]).model_dump(mode="json")}
+    [rule] = _cel_rules()
+    assert _cel_ok(rule, cel_input) is ok
+    if not ok:
+        with pytest.raises(ValidationError) as err:
+            AscendTrainJobSpec.model_validate(spec)
+        text = format_validation_error(err.value, "AscendTrainJob ns/j", prefix=("spec",))
+        assert "nnodes x nprocPerNode" in text and "tensorModelParallelSize" in text
+
+
+def test_missing_field_is_named():
+    with pytest.raises(ValidationError) as err:
+        AscendTrainJobSpec.model_validate({"nnodes": 1, "train": {}})
+    assert "AscendTrainJob ns/j: spec.image: Field required" in format_validation_error(
+        err.value, "AscendTrainJob ns/j", prefix=("spec",))
+
+
+def test_engine_config_file_errors_name_file_line_and_field(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("model:\n  numLayers: 2\nparallel:\n  tensorModelParallelSize: zero\n")
+    with pytest.raises(ConfigError) as err:
+        build_config(TrainConfig, _no_flags(), {}, str(path))
+    assert f"{path}:4: parallel.tensorModelParallelSize: Input should be a valid integer" in str(err.value)
+
+
+def test_engine_reads_a_whole_custom_resource(tmp_path):
+    path = tmp_path / "atj.yaml"
+    path.write_text("apiVersion: ascendtrain.dev/v1alpha1\nkind: AscendTrainJob\nmetadata: {name: x}\n"
+                    "spec:\n  image: x\n  train:\n    training:\n      trainIters: -3\n")
+    with pytest.raises(ConfigError) as err:
+        build_config(TrainConfig, _no_flags(), {}, str(path), section="train")
+    assert f"{path}:8: spec.train.training.trainIters: Input should be greater than or equal to 1" in str(err.value)
+
+
+def _no_flags():
+    import argparse
+    return argparse.Namespace()
