@@ -11,6 +11,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .api.group import API_GROUP, API_VERSION, KINDS
+from .permissions import uses, uses_on_kinds
 
 _PLURALS = {k.kind: k.plural for k in KINDS}
 
@@ -35,6 +36,9 @@ class Kube:
         """A client model as the API's own JSON (camelCase), so the operator's code reads like the API docs."""
         return self.api.sanitize_for_serialization(obj)
 
+    @uses("", "pods", "create", "get")
+    @uses("", "services", "create", "get")
+    @uses("", "configmaps", "create", "get")
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create if absent; returns False when it already existed (reconciling twice creates nothing twice)."""
         creators = {
@@ -50,10 +54,12 @@ class Kube:
                 return False
             raise
 
+    @uses("", "pods", "list")
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
         return self.plain(self.core.list_namespaced_pod(namespace, label_selector=selector))["items"]
 
+    @uses_on_kinds("", "get")
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, _PLURALS[kind], name)
@@ -62,6 +68,7 @@ class Kube:
                 return None
             raise
 
+    @uses_on_kinds("/status", "patch")
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
             API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status})

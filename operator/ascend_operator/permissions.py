@@ -1,0 +1,54 @@
+"""Every API permission the operator uses, collected from the code itself: the Helm chart's RBAC is rendered
+from this list (a test fails if the operator calls something the chart does not grant).
+
+``Kube`` methods declare theirs with ``@uses(...)``; kopf's own needs are declared here.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, TypeVar
+
+from .api.group import API_GROUP, KINDS
+
+F = TypeVar("F", bound=Callable)
+
+_USED: dict[tuple[str, str], set[str]] = defaultdict(set)
+
+
+def uses(group: str, resource: str, *verbs: str) -> Callable[[F], F]:
+    """Declare that the decorated call needs ``verbs`` on ``group/resource``."""
+    _USED[(group, resource)].update(verbs)
+
+    def mark(fn: F) -> F:
+        return fn
+    return mark
+
+
+def uses_on_kinds(subresource: str, *verbs: str) -> Callable[[F], F]:
+    """``uses`` on each of our kinds (``subresource`` is "" or "/status")."""
+    for kind in KINDS:
+        uses(API_GROUP, kind.plural + subresource, *verbs)
+    return lambda fn: fn
+
+
+# kopf: watch and patch the custom resources (finalizers, annotations, status), post events, discover resources.
+for _kind in KINDS:
+    uses(API_GROUP, _kind.plural, "get", "list", "watch", "patch", "update")
+    uses(API_GROUP, f"{_kind.plural}/status", "get", "patch", "update")
+uses("", "events", "create")
+uses("events.k8s.io", "events", "create")
+uses("", "namespaces", "list", "watch")
+uses("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
+# kopf peering (HA replicas: one active at a time).
+uses("kopf.dev", "clusterkopfpeerings", "list", "watch", "patch", "get")
+uses("kopf.dev", "kopfpeerings", "list", "watch", "patch", "get")
+# The operator watches its pods (kopf.on.event on pods).
+uses("", "pods", "list", "watch")
+
+
+def rules() -> list[dict[str, list[str]]]:
+    """RBAC rules, one per group and resource, verbs sorted: the chart's ClusterRole/Role."""
+    from . import kubeclient  # noqa: F401  (its @uses declarations run on import)
+
+    return [{"apiGroups": [group], "resources": [resource], "verbs": sorted(verbs)}
+            for (group, resource), verbs in sorted(_USED.items())]
