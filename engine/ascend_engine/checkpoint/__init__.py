@@ -1,0 +1,1 @@
+"""Megatron-layout checkpoints: path helpers (layout), Megatron's args namespace, atomic save and load."""

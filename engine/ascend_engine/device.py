@@ -1,0 +1,174 @@
+"""The only module that knows about devices: pick a backend and prepare torch/Megatron for it.
+
+Megatron-core assumes CUDA in a few dozen places (``device="cuda"`` tensor factories,
+``torch.cuda.current_device()``, the CUDA RNG tracker, ``torch.cuda.FloatTensor`` type checks in the
+optimizer). On Ascend, ``torch_npu.contrib.transfer_to_npu`` redirects those calls to the NPU. On CPU we do
+the same thing with a small shim (``_install_cpu_shim``), so one training code path serves npu, cuda and cpu.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+# Nominal per-device peak FLOP/s used for MFU. Dense bf16/fp16 tensor-core figures from vendor sheets.
+_CUDA_PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "A100": 312e12, "A800": 312e12,
+                   "L40S": 362e12, "A10": 125e12, "V100": 125e12}
+_NPU_PEAK_BF16 = {"910B1": 414e12, "910B2": 376e12, "910B3": 313e12, "910B4": 280e12, "910": 256e12}
+# CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle (two AVX2 FMA units). Only a yardstick so MFU is defined on CPU.
+_CPU_FLOP_PER_CORE = 2.5e9 * 32
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "npu" | "cuda" | "cpu"
+    dist_backend: str  # "hccl" | "nccl" | "gloo"
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.name == "cpu":
+            return torch.device("cpu")
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        return torch.device(self.name, index)
+
+    def peak_flops(self, dtype: torch.dtype = torch.bfloat16) -> float:
+        """Per-device peak FLOP/s for MFU; fp32 counts as half the 16-bit figure on accelerators."""
+        if self.name == "cpu":
+            return (os.cpu_count() or 1) * _CPU_FLOP_PER_CORE
+        if self.name == "cuda":
+            name, table = torch.cuda.get_device_name(), _CUDA_PEAK_BF16
+        else:
+            name, table = torch.npu.get_device_name(), _NPU_PEAK_BF16  # type: ignore[attr-defined]
+        peak = next((v for k, v in table.items() if k in name), max(table.values()))
+        return peak if dtype in (torch.bfloat16, torch.float16) else peak / 2
+
+    def apply(self) -> None:
+        """Prepare torch and Megatron for this device; idempotent; call before Megatron is used."""
+        _apply(self.name)
+
+
+def _npu_available() -> bool:
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    import torch_npu  # noqa: F401
+
+    return torch.npu.is_available()  # type: ignore[attr-defined]
+
+
+def select_backend(name: str = "auto") -> Backend:
+    """``auto`` picks npu, then cuda, then cpu; an explicit name that is not available is an error."""
+    if name == "auto":
+        name = "npu" if _npu_available() else "cuda" if torch.cuda.is_available() else "cpu"
+    elif name == "npu" and not _npu_available():
+        raise RuntimeError("device npu requested but torch_npu is not installed or no NPU is visible")
+    elif name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda requested but no CUDA device is visible")
+    elif name not in ("npu", "cuda", "cpu"):
+        raise ValueError(f"unknown device {name!r}: expected auto, npu, cuda or cpu")
+    return Backend(name=name, dist_backend={"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}[name])
+
+
+_applied: set[str] = set()
+
+
+def applied_backend() -> str | None:
+    """The backend whose ``apply()`` ran in this process (cpu means Megatron must initialise on the CPU)."""
+    return next(iter(_applied), None)
+
+
+def _apply(name: str) -> None:
+    if name in _applied:
+        return
+    # Megatron warns once per module that it falls back to torch kernels; that is expected without TE/Apex.
+    warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex).* not installed", category=UserWarning)
+    # Megatron-LM's launch scripts set this for tensor parallelism on GPUs; it is harmless elsewhere.
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    if name == "npu":
+        import torch_npu  # noqa: F401
+        from torch_npu.contrib import transfer_to_npu  # noqa: F401
+
+        if importlib.util.find_spec("mindspeed") is not None:
+            import mindspeed.megatron_adaptor  # noqa: F401
+    elif name == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        _install_cpu_shim()
+    _applied.add(name)
+
+
+# ---------------------------------------------------------------- the CPU shim
+
+_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
+              "randperm", "linspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "empty_strided")
+
+
+def _is_accelerator(device) -> bool:
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True  # an integer device means "cuda:<n>" to torch
+    if isinstance(device, str):
+        return device.split(":")[0] == "cuda"
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+def _cpu_if_cuda(device):
+    return "cpu" if _is_accelerator(device) else device
+
+
+def _remap_device_kwarg(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "device" in kwargs:
+            kwargs["device"] = _cpu_if_cuda(kwargs["device"])
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _install_cpu_shim() -> None:
+    """Make Megatron-core's CUDA calls land on the CPU (the idea of torch_npu's transfer_to_npu)."""
+    for fname in _FACTORIES:
+        setattr(torch, fname, _remap_device_kwarg(getattr(torch, fname)))
+
+    tensor_to, tensor_type = torch.Tensor.to, torch.Tensor.type
+
+    def to(self, *args, **kwargs):
+        args = tuple(_cpu_if_cuda(a) if not isinstance(a, torch.dtype) else a for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = _cpu_if_cuda(kwargs["device"])
+        return tensor_to(self, *args, **kwargs)
+
+    def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        return self
+
+    def type_name(self, dtype=None, non_blocking=False, **kwargs):
+        # Megatron's optimizers accept only 'torch.cuda.*Tensor' parameters; report CPU tensors that way.
+        if dtype is None and not kwargs and self.device.type == "cpu":
+            return tensor_type(self).replace("torch.", "torch.cuda.", 1)
+        return tensor_type(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type = to, cuda, type_name
+
+    # One "CUDA device" whose RNG is the CPU generator, so Megatron's RNG tracker forks the CPU state.
+    cuda = torch.cuda
+    cuda.current_device = lambda: 0
+    cuda.device_count = lambda: 1
+    cuda.synchronize = lambda device=None: None
+    cuda.empty_cache = lambda: None
+    cuda.get_rng_state = cuda.random.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    cuda.set_rng_state = cuda.random.set_rng_state = lambda state, device="cuda": torch.set_rng_state(state)
+    # torch.manual_seed itself calls torch.cuda.manual_seed_all, so seed the generator directly.
+    seed_cpu = lambda seed: torch.default_generator.manual_seed(int(seed))  # noqa: E731
+    cuda.manual_seed = cuda.random.manual_seed = seed_cpu
+    cuda.manual_seed_all = cuda.random.manual_seed_all = seed_cpu
+    cuda.default_generators = (torch.default_generator,)
+    # torch.cuda._lazy_call queues callbacks until CUDA initialises, which never happens here: run them now.
+    cuda._lazy_call = lambda fn, **kwargs: fn()
+    import megatron.core.tensor_parallel.random as mcore_random
+
+    mcore_random._lazy_call = cuda._lazy_call

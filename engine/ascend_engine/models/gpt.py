@@ -1,0 +1,80 @@
+"""Megatron-core GPTModel from our ModelConfig, with the local (non-TransformerEngine) layer spec.
+
+The local spec is what MindSpeed-LLM uses with ``--transformer-impl local``, so state-dict keys match its
+checkpoints (``decoder.layers.0.self_attention.linear_qkv.weight``, ``input_layernorm.weight``, ...).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..config.train import ModelConfig, ParallelConfig
+from ..device import applied_backend
+
+
+def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtype: torch.dtype = torch.float32,
+                       recompute_granularity: str | None = None):
+    from megatron.core.transformer import TransformerConfig
+
+    recompute = {}
+    if recompute_granularity == "full":
+        recompute = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    elif recompute_granularity == "selective":
+        recompute = dict(recompute_granularity="selective")
+    return TransformerConfig(
+        num_layers=model.numLayers,
+        hidden_size=model.hiddenSize,
+        ffn_hidden_size=model.ffn_hidden_size,
+        num_attention_heads=model.numAttentionHeads,
+        num_query_groups=model.num_query_groups,
+        kv_channels=model.head_dim,
+        normalization=model.normalization,
+        layernorm_epsilon=model.normEpsilon,
+        gated_linear_unit=model.swiglu,
+        activation_func=F.silu if model.swiglu else F.gelu,
+        qk_layernorm=model.qkLayernorm,
+        add_bias_linear=model.addBiasLinear,
+        add_qkv_bias=model.addQkvBias or model.addBiasLinear,
+        attention_dropout=model.attentionDropout,
+        hidden_dropout=model.hiddenDropout,
+        init_method_std=model.initMethodStd,
+        tensor_model_parallel_size=parallel.tensorModelParallelSize,
+        pipeline_model_parallel_size=parallel.pipelineModelParallelSize,
+        sequence_parallel=parallel.sequenceParallel,
+        params_dtype=params_dtype,
+        pipeline_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        use_cpu_initialization=applied_backend() == "cpu",
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        deallocate_pipeline_outputs=True,
+        attention_softmax_in_fp32=True,
+        **recompute,
+    )
+
+
+def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: int,
+                    params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None):
+    """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    config = transformer_config(model, parallel, params_dtype, recompute_granularity)
+    spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=model.padded_vocab_size(parallel.tensorModelParallelSize),
+        max_sequence_length=model.maxPositionEmbeddings or seq_length,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=not model.untieEmbeddingsAndOutputWeights,
+        position_embedding_type=model.positionEmbeddingType,
+        rotary_base=int(model.rotaryBase),
+    )

@@ -1,0 +1,76 @@
+"""Process groups from torchrun's environment: torch.distributed plus Megatron's model-parallel groups."""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from .device import Backend
+
+
+@dataclass(frozen=True)
+class ParallelInfo:
+    rank: int
+    world_size: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    tp: int
+    pp: int
+    dp: int
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def init_parallel(backend: Backend, tp: int, pp: int, seed: int) -> ParallelInfo:
+    """Join the torchrun world (a world of one when started without torchrun) and build Megatron's groups.
+
+    Seeds python/torch with ``seed`` on every rank (so full-model initialisation is rank independent) and
+    Megatron's model-parallel RNG tracker the way Megatron-LM does.
+    """
+    backend.apply()  # before Megatron is imported, so its CUDA calls are redirected from the start
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+        torch.distributed.init_process_group(backend=backend.dist_backend, rank=rank, world_size=world_size,
+                                             timeout=timedelta(minutes=_env_int("ASCEND_DIST_TIMEOUT_MIN", 30)))
+    if world_size % (tp * pp):
+        raise ValueError(f"world size {world_size} is not divisible by tp x pp = {tp} x {pp}")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+    return ParallelInfo(
+        rank=rank, world_size=world_size,
+        tp_rank=parallel_state.get_tensor_model_parallel_rank(),
+        pp_rank=parallel_state.get_pipeline_model_parallel_rank(),
+        dp_rank=parallel_state.get_data_parallel_rank(),
+        tp=tp, pp=pp, dp=parallel_state.get_data_parallel_world_size(),
+    )
+
+
+def destroy_parallel() -> None:
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,1 @@
+"""``ascend-engine train``: pretraining and fine-tuning on Megatron-core."""

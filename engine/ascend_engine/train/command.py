@@ -1,0 +1,44 @@
+"""``ascend-engine train --config job.yaml [Megatron flags]``: run under torchrun on every pod."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..config.loader import ConfigError, add_flags, build_config
+from ..config.train import TrainConfig
+
+_DESTS: dict[str, tuple[str, ...]] = {}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TrainConfig YAML, or a whole AscendTrainJob manifest (spec.train)")
+    _DESTS.update(add_flags(parser, TrainConfig))
+    precision = "cfg__training__precision"
+    parser.add_argument("--bf16", dest=precision, action="store_const", const="bf16", default=argparse.SUPPRESS,
+                        help="same as --precision bf16")
+    parser.add_argument("--fp16", dest=precision, action="store_const", const="fp16", default=argparse.SUPPRESS,
+                        help="same as --precision fp16")
+
+
+def load_config(args: argparse.Namespace) -> TrainConfig:
+    """The validated config, checked against the launched world size before anything is built."""
+    cfg = build_config(TrainConfig, args, _DESTS, args.config, section="train")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        cfg.check_world_size(world_size)
+    except ValueError as e:
+        raise ConfigError(f"{args.config or 'command line'}: parallel: {e}") from None
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    from ..device import select_backend
+    from .loop import train
+
+    result = train(cfg, select_backend(cfg.device))
+    if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
+        print("ascend-engine train: training produced no finite loss", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,205 @@
+"""The training loop: Megatron-core model, DDP, optimizer and pipeline schedule, one step per global batch."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from ..config.train import TrainConfig
+from ..device import Backend
+from ..parallel import ParallelInfo, destroy_parallel, init_parallel
+from ..telemetry import Metrics, Progress
+from .logline import StepStats, flops_per_step, format_line
+from .synthetic import synthetic_sample
+from .batches import micro_batches
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainResult:
+    iterations: int
+    losses: list[float]
+    tokens_per_second: float
+    seconds: float
+    checkpoint: str | None
+
+
+def unwrap(module):
+    """The GPTModel inside DDP / Float16Module wrappers."""
+    while hasattr(module, "module"):
+        module = module.module
+    return module
+
+
+def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    losses = output_tensor.float()
+    mask = loss_mask.float()
+    loss = (losses * mask).sum() / mask.sum().clamp(min=1)
+    # clone: the schedule divides the returned loss in place by the number of micro-batches
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+class Trainer:
+    """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
+
+    def __init__(self, cfg: TrainConfig, backend: Backend):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.transformer.module import Float16Module
+
+        from ..models.gpt import build_gpt_model
+        from .optim import build_optimizer
+
+        self.cfg, self.backend = cfg, backend
+        t, p = cfg.training, cfg.parallel
+        self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
+                                                t.seed)
+        self.dtype = DTYPES[t.precision]
+        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity)
+        gpt.to(backend.torch_device)
+        config = gpt.config
+        module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            use_distributed_optimizer=p.useDistributedOptimizer)
+        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
+        self.optimizer, self.scheduler = build_optimizer(cfg, [self.model], self.dtype)
+        config.no_sync_func = self.model.no_sync
+        config.finalize_model_grads_func = finalize_model_grads
+        if self.dtype == torch.float16:
+            config.grad_scale_func = self.optimizer.scale_loss
+        self.iteration = 0
+        self.consumed = 0
+        self.last_checkpoint: int | None = None
+        self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
+        self.metrics: Metrics | None = None
+        if self.info.rank == 0 and cfg.observability.metricsPort:
+            self.metrics = Metrics()
+            self.metrics.serve(cfg.observability.metricsPort)
+        self.flops = flops_per_step(
+            cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.ffn_hidden_size, cfg.model.numAttentionHeads,
+            cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
+            t.seqLength, t.globalBatchSize, cfg.model.swiglu)
+        self.peak = backend.peak_flops(self.dtype)
+
+    # ------------------------------------------------------------ one step
+
+    def _sample(self, index: int):
+        m, t = self.cfg.model, self.cfg.training
+        return synthetic_sample(index, t.seqLength, m.vocabSize, t.seed)
+
+    def _forward_step(self, data_iterator, model):
+        batch = next(data_iterator)
+        device = self.backend.torch_device
+        tokens = batch["tokens"].to(device)
+        position_ids = torch.arange(tokens.shape[1], device=device).unsqueeze(0).expand_as(tokens)
+        output = model(tokens, position_ids, None, labels=batch["labels"].to(device))
+        return output, partial(_loss_func, batch["loss_mask"].to(device))
+
+    def train_step(self) -> tuple[float, float | None, bool]:
+        """One optimizer step; returns (loss averaged over data-parallel ranks, grad norm, step applied)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        t = self.cfg.training
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        data = micro_batches(self._sample, self.consumed, t.microBatchSize, self.info.dp, self.info.dp_rank,
+                             self.num_micro)
+        losses = get_forward_backward_func()(
+            forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
+            num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
+            forward_only=False)
+        applied, grad_norm, _ = self.optimizer.step()
+        if applied:
+            self.scheduler.step(increment=1)
+        self.iteration += 1
+        self.consumed += t.globalBatchSize
+        return self._average_loss(losses), grad_norm, bool(applied)
+
+    def _average_loss(self, losses: list[dict]) -> float:
+        """Mean of the last stage's micro-batch losses over all its replicas, known on every rank."""
+        local = torch.zeros(2, dtype=torch.float64)
+        if losses:
+            local[0] = float(torch.stack([x["lm loss"].float() for x in losses]).mean())
+            local[1] = 1.0
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(local)
+        return float(local[0] / local[1])
+
+    # ------------------------------------------------------------ the run
+
+    def save(self) -> str:
+        from ..checkpoint.training import save_training_checkpoint
+
+        path = save_training_checkpoint(self)
+        self.last_checkpoint = self.iteration
+        return str(path)
+
+    def run(self) -> TrainResult:
+        cfg, t, obs = self.cfg, self.cfg.training, self.cfg.observability
+        rank0 = self.info.rank == 0
+        progress = Progress("train", total=t.trainIters, unit="iters", interval_s=60.0, enabled=rank0)
+        progress.done = self.iteration
+        losses: list[float] = []
+        checkpoint: str | None = None
+        tokens_per_step = t.globalBatchSize * t.seqLength
+        start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
+        first_iteration = self.iteration
+        while self.iteration < t.trainIters:
+            loss, grad_norm, applied = self.train_step()
+            losses.append(loss)
+            window_steps += 1
+            progress.update(1, extra=f"lm loss {loss:.4f}")
+            if self.iteration % obs.logInterval == 0 or self.iteration == t.trainIters:
+                now = time.perf_counter()
+                step_s = (now - window_start) / window_steps
+                window_start, window_steps = now, 0
+                self._log(loss, grad_norm, applied, step_s, tokens_per_step)
+            interval = cfg.checkpoint.saveInterval
+            if cfg.checkpoint.save and interval and self.iteration % interval == 0 and self.iteration < t.trainIters:
+                checkpoint = self.save()
+        if cfg.checkpoint.save and self.last_checkpoint != self.iteration:
+            checkpoint = self.save()
+        elif cfg.checkpoint.save:
+            checkpoint = str(cfg.checkpoint.save)
+        seconds = time.perf_counter() - start
+        steps = self.iteration - first_iteration
+        tps = tokens_per_step * steps / seconds if seconds > 0 else 0.0
+        if self.metrics:
+            self.metrics.set(lastCheckpointIteration=self.last_checkpoint)
+        final = f"{losses[-1]:.4f}" if losses else "n/a"
+        progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
+                         f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
+        return TrainResult(self.iteration, losses, tps, seconds, checkpoint)
+
+    def _log(self, loss: float, grad_norm, applied: bool, step_s: float, tokens_per_step: int) -> None:
+        t = self.cfg.training
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        tps = tokens_per_step / step_s
+        tflops = self.flops / step_s / self.info.world_size
+        mfu = tflops / self.peak
+        eta = step_s * (t.trainIters - self.iteration)
+        scale = float(self.optimizer.get_loss_scale()) if self.dtype == torch.float16 else None
+        if self.info.rank != 0:
+            return
+        print(format_line(StepStats(
+            iteration=self.iteration, train_iters=t.trainIters, consumed_samples=self.consumed,
+            ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
+            grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
+            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1)), flush=True)
+        if self.metrics:
+            self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
+                             percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
+                             tokensPerSecond=tps, mfu=mfu, etaSeconds=eta,
+                             lastCheckpointIteration=self.last_checkpoint)
+
+
+def train(cfg: TrainConfig, backend: Backend) -> TrainResult:
+    trainer = Trainer(cfg, backend)
+    try:
+        return trainer.run()
+    finally:
+        destroy_parallel()
