@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
     from .config.loader import ConfigError
+    from .telemetry import serve_metrics_from_env
+
+    serve_metrics_from_env()  # one-pod jobs: the operator reads progress from here
 
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)

@@ -6,10 +6,11 @@ The operator reads these metrics from rank 0 on a timer and copies them into the
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 # Metric name -> status.progress field. The operator imports this table, so the two never drift.
 METRIC_NAMES = {
@@ -45,6 +46,38 @@ class Metrics:
         for field, value in fields.items():
             if value is not None:
                 self._gauges[by_field[field]].set(float(value))
+
+
+_SERVING: Metrics | None = None
+
+# Where Kubernetes takes a container's final message from (the pod's terminationMessagePath).
+TERMINATION_LOG_ENV = "ASCEND_TERMINATION_LOG"
+METRICS_PORT_ENV = "ASCEND_METRICS_PORT"
+
+
+def serve_metrics(port: int, addr: str | None = None) -> Metrics:
+    """Start this process's metrics endpoint once; ``Progress`` publishes into it from then on."""
+    global _SERVING
+    if _SERVING is None:
+        _SERVING = Metrics()
+        _SERVING.serve(port, addr)
+    return _SERVING
+
+
+def serve_metrics_from_env() -> None:
+    """One-pod jobs (preprocess, convert) get their port from the pod's environment."""
+    port = os.environ.get(METRICS_PORT_ENV)
+    if port:
+        serve_metrics(int(port))
+
+
+def report_result(result: dict[str, Any]) -> None:
+    """Leave the command's final figures where the operator reads them: the container's termination message
+    (Kubernetes caps it at 4 KiB, so keep it to counts and paths)."""
+    path = os.environ.get(TERMINATION_LOG_ENV)
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, separators=(",", ":"), default=str)
 
 
 def format_seconds(seconds: float) -> str:
@@ -83,6 +116,9 @@ class Progress:
             self._last = now
             self.stream.write(self.line(extra) + "\n")
             self.stream.flush()
+        if _SERVING is not None:
+            _SERVING.set(iteration=self.done, trainIters=self.total, etaSeconds=self.eta(),
+                         percent=100.0 * self.done / self.total if self.total else None)
 
     def line(self, extra: str = "") -> str:
         total = f"/{self.total}" if self.total else ""

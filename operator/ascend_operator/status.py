@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from .api.group import LABEL_REPLICA_INDEX
@@ -50,6 +51,16 @@ def _waiting_reason(pod: dict[str, Any]) -> str:
         if waiting:
             return f"{waiting.get('reason', 'Waiting')}: {waiting.get('message', '')}".strip(": ")
     return "Pending"
+
+
+def termination_result(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The engine's final JSON report from a finished container's termination message."""
+    message = _terminated(pod or {}).get("message")
+    try:
+        result = json.loads(message) if message else None
+    except ValueError:
+        return None  # FallbackToLogsOnError put log lines there: the engine died before reporting
+    return result if isinstance(result, dict) else None
 
 
 def replica_counts(pods: list[dict[str, Any]]) -> dict[str, int]:

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from .group import TRAIN_JOB, Kind
+from .group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB, Kind
+from .single_pod import CheckpointConvertSpec, DatasetPrepSpec, SinglePodStatus
 from .train_job import AscendTrainJobSpec, AscendTrainJobStatus
 
 
@@ -33,5 +34,17 @@ RESOURCES: dict[str, Resource] = {
             _AGE,
         ),
         description="Pretraining or fine-tuning on N pods x M Ascend NPUs (or GPUs) with Megatron-core via torchrun.",
+    ),
+    DATASET_PREP.kind: Resource(
+        DATASET_PREP, DatasetPrepSpec, SinglePodStatus,
+        columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Records done"),
+                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
+        description="Raw jsonl/json/parquet/csv/txt/arrow -> Megatron indexed dataset (MindSpeed-LLM names).",
+    ),
+    CHECKPOINT_CONVERT.kind: Resource(
+        CHECKPOINT_CONVERT, CheckpointConvertSpec, SinglePodStatus,
+        columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Layers done"),
+                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
+        description="HuggingFace <-> Megatron-core checkpoint conversion with TP/PP resharding and LoRA merge.",
     ),
 }

@@ -8,6 +8,9 @@ import yaml
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
 from ..api.kube import PodSettings
 
+from ascend_engine.telemetry import METRICS_PORT_ENV, TERMINATION_LOG_ENV
+
+TERMINATION_LOG = "/dev/termination-log"
 CONFIG_MOUNT = "/etc/ascendtrain"
 CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"
 
@@ -41,7 +44,11 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         "image": settings.image,
         "imagePullPolicy": settings.imagePullPolicy,
         "command": command,
-        "env": env + [{"name": e.name, "value": e.value} for e in settings.env],
+        "env": env + [{"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG}]
+        + [{"name": e.name, "value": e.value} for e in settings.env],
+        # The engine's final report (JSON) comes back in status.containerStatuses[].state.terminated.message.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
         "volumeMounts": mounts + list(settings.volumeMounts),
     }
@@ -71,6 +78,10 @@ def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str
 
 def env_list(values: dict[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": str(v)} for k, v in values.items()]
+
+
+def metrics_port_env(port: int) -> dict[str, Any]:
+    return {"name": METRICS_PORT_ENV, "value": str(port)}
 
 
 POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
