@@ -19,6 +19,15 @@ from .resources import RESOURCES, Resource
 _DROP = {"title", "$defs", "discriminator"}
 
 
+def _without_nulls(value: Any) -> Any:
+    """Object defaults as the API server should store them: an unset optional field is absent, not null."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     """Inline $refs and translate JSON Schema constructs to their OpenAPI v3 (structural) forms."""
     if isinstance(node, list):
@@ -49,6 +58,8 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = True
         elif key == "properties":
             out[key] = {k: _resolve(v, defs) for k, v in value.items()}
+        elif key == "default":
+            out[key] = _without_nulls(value)
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _resolve(value, defs)
         else:
