@@ -1,0 +1,252 @@
+"""One chunk of records -> token arrays for every output dataset; the same code runs in every worker.
+
+A chunk's result depends only on its records and the config, never on which process ran it, which is why
+any number of workers writes identical bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config.loader import ConfigError
+from ..config.prep import PrepConfig
+from .handlers import Conversation, Preference, RecordError, make_handler
+from .packing import IGNORE_INDEX, pack
+from .templates import Renderer, load_template
+
+INSTRUCTION_KEYS = ("input_ids", "attention_mask", "labels")
+
+
+@dataclass
+class Chunk:
+    index: int
+    records: list[tuple[int, int, Any]]
+    """(source index, line, payload) in input order."""
+
+
+@dataclass
+class ChunkResult:
+    index: int
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]]
+    """output key -> (tokens back to back, sequence lengths)."""
+    read: int = 0
+    written: int = 0
+    truncated: int = 0
+    tokens: int = 0
+    padding: int = 0
+    errors: list[tuple[int, int, str]] = field(default_factory=list)
+    """(source index, line, message) of every bad record in the chunk."""
+
+
+def output_keys(cfg: PrepConfig) -> list[str]:
+    """The ``<key>`` of ``<prefix>_<key>_document``, MindSpeed-LLM's names."""
+    if cfg.is_pretrain:
+        return list(cfg.jsonKeys)
+    if cfg.is_pairwise:
+        return [f"packed_{side}_{k}" for side in ("chosen", "rejected") for k in INSTRUCTION_KEYS]
+    return [f"packed_{k}" for k in INSTRUCTION_KEYS]
+
+
+def output_dtype(cfg: PrepConfig, vocab_size: int) -> type[np.number]:
+    """Megatron's rule for token data (uint16 below 65500 entries); int32 where labels hold -100."""
+    if cfg.is_pretrain:
+        return np.uint16 if vocab_size < 65500 else np.int32
+    return np.int32
+
+
+def load_tokenizer(cfg: PrepConfig):
+    """A local HuggingFace tokenizer; no hub downloads. One process, one thread: parallelism is ours."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers import AutoTokenizer
+
+    path = cfg.tokenizerNameOrPath
+    if not os.path.isdir(path):
+        raise ConfigError(f"tokenizerNameOrPath: {path} is not a local tokenizer directory")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"tokenizerNameOrPath: cannot load a tokenizer from {path}: {e}") from None
+
+
+def split_budget(source: int, target: int, budget: int) -> tuple[int, int]:
+    """How many prompt and reply tokens of one turn fit into ``budget``: a short side stays whole, otherwise
+    both shrink in proportion; the reply keeps at least one token."""
+    if source + target <= budget:
+        return source, target
+    if 2 * target <= budget:
+        keep_target = target
+    elif 2 * source <= budget:
+        keep_target = budget - source
+    else:
+        keep_target = max(1, budget * target // (source + target))
+    keep_target = min(keep_target, target, budget)
+    return min(source, budget - keep_target), keep_target
+
+
+class ChunkProcessor:
+    """Everything a worker needs, built once per process: tokenizer, handler, template."""
+
+    def __init__(self, cfg: PrepConfig, tokenizer=None):
+        self.cfg = cfg
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+        self.handler = make_handler(cfg)
+        self.keys = output_keys(cfg)
+        self.dtype = output_dtype(cfg, len(self.tokenizer))
+        self.renderer = None
+        self.cutoff = None
+        if not cfg.is_pretrain:
+            tok = self.tokenizer
+            self.renderer = Renderer(load_template(cfg.promptType, cfg.promptTypePath), tok.bos_token,
+                                     tok.eos_token, cfg.promptType)
+            vocab = tok.get_vocab()
+            missing = sorted(t for t in self.renderer.special_tokens() if t not in vocab)
+            if missing:
+                raise ConfigError(f"promptType {cfg.promptType}: the tokenizer in {cfg.tokenizerNameOrPath} "
+                                  f"lacks the template's special tokens {', '.join(missing)}")
+            self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            if cfg.packing and self.pad_id is None:
+                raise ConfigError("pack: the tokenizer has neither a pad nor an eos token to pad with")
+            if cfg.seqLength:
+                self.cutoff = cfg.seqLength - 1 if cfg.packing else cfg.seqLength
+        elif cfg.appendEod and self.tokenizer.eos_token_id is None:
+            raise ConfigError(f"appendEod: the tokenizer in {cfg.tokenizerNameOrPath} has no eos token")
+
+    # ------------------------------------------------------------------ records -> samples
+
+    def _parse(self, payload: Any) -> dict:
+        if isinstance(payload, bytes):
+            try:
+                payload = json.loads(payload)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise RecordError(f"malformed JSON: {getattr(e, 'msg', e)}") from None
+        if not isinstance(payload, dict):
+            raise RecordError(f"record must be a JSON object, got {type(payload).__name__}")
+        return payload
+
+    def process(self, chunk: Chunk) -> ChunkResult:
+        result = ChunkResult(chunk.index, {}, read=len(chunk.records))
+        samples, places = [], []
+        for source, line, payload in chunk.records:
+            try:
+                samples.append(self.handler(self._parse(payload)))
+                places.append((source, line))
+            except RecordError as e:
+                result.errors.append((source, line, str(e)))
+        if self.cfg.is_pretrain:
+            self._pretrain(samples, result)
+        else:
+            self._instruction(samples, places, result)
+        return result
+
+    # ------------------------------------------------------------------ pretraining
+
+    def _pretrain(self, samples: list[list[str]], result: ChunkResult) -> None:
+        eod = [self.tokenizer.eos_token_id] if self.cfg.appendEod else []
+        for k, key in enumerate(self.keys):
+            texts = [s[k] for s in samples]
+            ids = self.tokenizer(texts)["input_ids"] if texts else []
+            docs = [d + eod for d in ids]
+            self._store(result, key, docs)
+            result.tokens += sum(len(d) for d in docs)
+        result.written = len(samples)
+
+    # ------------------------------------------------------------------ instruction and pairwise data
+
+    def _encode_pieces(self, rendered: list) -> list:
+        """Tokenize every piece of every sample in one batch call (the fast path of HF tokenizers)."""
+        flat = [p for turns in rendered for src, tgt in turns for p in src + tgt]
+        ids = iter(self.tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else [])
+        return [[([t for _ in src for t in next(ids)], [t for _ in tgt for t in next(ids)]) for src, tgt in turns]
+                for turns in rendered]
+
+    def _assemble(self, turns: list[tuple[list[int], list[int]]]) -> tuple[list[int], list[int], bool]:
+        """Prompt tokens masked with -100, replies kept; cut to the cutoff turn by turn."""
+        ids, labels, cut = [], [], False
+        for source, target in turns:
+            if self.cutoff is not None and self.cfg.truncation:
+                budget = self.cutoff - len(ids)
+                if budget <= 0:
+                    cut = True
+                    break
+                s, t = split_budget(len(source), len(target), budget)
+                cut = cut or (s, t) != (len(source), len(target))
+                source, target = source[:s], target[:t]
+            ids += source + target
+            labels += [IGNORE_INDEX] * len(source) + target
+        return ids, labels, cut
+
+    def _check_length(self, n: int) -> None:
+        if self.cutoff is not None and n > self.cutoff:
+            room = " (one token is kept for padding when packing)" if self.cfg.packing else ""
+            raise RecordError(f"sample has {n} tokens, longer than seqLength {self.cfg.seqLength}{room}; "
+                              "drop --no-truncation to shorten it")
+
+    def _instruction(self, samples: list, places: list, result: ChunkResult) -> None:
+        renderer = self.renderer
+        rendered = []
+        for sample in samples:
+            conv = sample.conversation if isinstance(sample, Preference) else sample
+            turns = renderer.render(conv.system, conv.turns)
+            if isinstance(sample, Preference):
+                turns.append(([], [renderer.assistant.replace("{content}", sample.rejected)]))
+            rendered.append(turns)
+        encoded = self._encode_pieces(rendered)
+        kept, kept_places = [], []
+        for sample, turns, place in zip(samples, encoded, places):
+            try:
+                if isinstance(sample, Preference):
+                    kept.append(self._pairwise(turns, result))
+                else:
+                    ids, labels, cut = self._assemble(turns)
+                    self._check_length(len(ids))
+                    result.truncated += cut
+                    kept.append((ids, labels))
+                kept_places.append(place)
+            except RecordError as e:
+                result.errors.append((*place, str(e)))
+        result.errors.sort(key=lambda e: (e[0], e[1]))
+        result.written = len(kept)
+        if self.cfg.is_pairwise:
+            for side, index in (("chosen", 0), ("rejected", 1)):
+                self._store_instruction(result, f"packed_{side}_", [s[index] for s in kept])
+        elif self.cfg.packing:
+            sequences = pack(kept, self.cfg.seqLength, self.pad_id, self.cfg.neatPack)
+            result.padding = sum(self.cfg.seqLength for _ in sequences) - sum(len(ids) for ids, _ in kept)
+            result.tokens = sum(len(ids) for ids, _ in kept)
+            for k, key in enumerate(self.keys):
+                self._store(result, key, [s[k] for s in sequences])
+        else:
+            self._store_instruction(result, "packed_", kept)
+            result.tokens = sum(len(ids) for ids, _ in kept)
+
+    def _pairwise(self, turns, result: ChunkResult):
+        """History and final prompt are all prompt (-100); chosen and rejected replies share one cut."""
+        prompt = [t for src, tgt in turns[:-2] for t in src + tgt] + turns[-2][0]
+        chosen, rejected = turns[-2][1], turns[-1][1]
+        longest = max(len(chosen), len(rejected))
+        if self.cutoff is not None and len(prompt) + longest > self.cutoff:
+            if not self.cfg.truncation:
+                self._check_length(len(prompt) + longest)
+            s, t = split_budget(len(prompt), longest, self.cutoff)
+            prompt, chosen, rejected = prompt[:s], chosen[:t], rejected[:t]
+            result.truncated += 1
+        result.tokens += 2 * len(prompt) + len(chosen) + len(rejected)
+        return ((prompt + chosen, [IGNORE_INDEX] * len(prompt) + chosen),
+                (prompt + rejected, [IGNORE_INDEX] * len(prompt) + rejected))
+
+    # ------------------------------------------------------------------ arrays
+
+    def _store(self, result: ChunkResult, key: str, sequences: list[list[int]]) -> None:
+        lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+        data = (np.concatenate([np.asarray(s, dtype=self.dtype) for s in sequences]) if sequences
+                else np.empty(0, dtype=self.dtype))
+        result.arrays[key] = (data, lengths)
+
+    def _store_instruction(self, result: ChunkResult, prefix: str, samples: list[tuple[list[int], list[int]]]):
+        self._store(result, f"{prefix}input_ids", [ids for ids, _ in samples])
+        self._store(result, f"{prefix}attention_mask", [[1] * len(ids) for ids, _ in samples])
+        self._store(result, f"{prefix}labels", [labels for _, labels in samples])
