@@ -1,0 +1,768 @@
+"""A Kubernetes API server on loopback: kmock's ``KubernetesEmulator`` extended toward the real one.
+
+kmock gives the aiohttp plumbing, error rendering and discovery (``/api``, ``/apis``, ``/apis/<g>/<v>``).
+``LocalKubernetesApi`` replaces its object handling with the parts of the real API server that operators and
+tools rely on: object metadata (uid, resourceVersion, generation, generateName, timestamps), PUT and PATCH
+(merge, strategic-merge treated as merge, JSON patch), the ``/status`` subresource, label and field selectors,
+watches that resume from a resourceVersion, finalizers, owner-reference garbage collection, CRDs that register
+their resources at once, and custom objects pruned, defaulted and validated (OpenAPI schema and CEL rules).
+
+Comments marked "Differs from a real API server" say where it stays simpler.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import copy
+import datetime
+import json
+import logging
+import random
+import string
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp.web
+import attrs
+import yaml
+from kmock import KubernetesEmulator
+from kmock._internal.k8s import KubernetesResourceNotFoundError
+
+from .crd_schema import CustomResourceSchema
+from .object_selectors import SelectorError, field_selector, label_selector
+from .patches import PatchError, json_patch, merge_patch
+from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
+
+logger = logging.getLogger(__name__)
+
+ObjectKey = tuple[tuple[str, str, str], str | None, str]  # (type key, namespace, name)
+EVENT_LOG_LIMIT = 50_000  # watch events kept for resuming; older resourceVersions answer 410 Gone
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiError(Exception):
+    """An error answered as a Kubernetes ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+
+    def response(self) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(self.status(), status=self.code)
+
+
+def not_found(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{rt.qualified_plural} "{name}" not found',
+                    {"name": name, "group": rt.group, "kind": rt.plural})
+
+
+def invalid(rt: ResourceType, name: str, errors: list[tuple[str, str]]) -> ApiError:
+    messages = [m for _, m in errors]
+    text = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+    causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in errors]
+    return ApiError(422, "Invalid", f'{rt.qualified_kind} "{name}" is invalid: {text}',
+                    {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed resource URL: ``/api/v1/namespaces/ns/pods/name/status``."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def parse_target(path: str) -> Target | None:
+    """The resource a URL addresses, or None for discovery and other non-resource paths."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        return None
+    return Target(group, version, rest[0], namespace, rest[1] if len(rest) > 1 else None,
+                  "/".join(rest[2:]) or None)
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    """What ``metadata.generation`` tracks: everything but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
+
+
+@attrs.define(kw_only=True)
+class LocalKubernetesApi(KubernetesEmulator):
+    """The object store and request handling; one instance per cluster, used from one event loop.
+
+    All mutations are synchronous functions run in the event loop's thread, so each request's change is
+    atomic without locks; only response writing awaits.
+    """
+
+    _types: dict[tuple[str, str, str], ResourceType] = attrs.field(factory=dict, init=False)
+    _store: dict[ObjectKey, dict[str, Any]] = attrs.field(factory=dict, init=False)
+    _uids: dict[str, ObjectKey] = attrs.field(factory=dict, init=False)
+    _rv: int = attrs.field(default=0, init=False)
+    _log: list[tuple[int, tuple[str, str, str], str, dict[str, Any], dict[str, Any] | None]] = attrs.field(
+        factory=list, init=False)
+    _log_floor: int = attrs.field(default=0, init=False)
+    _wake: asyncio.Event | None = attrs.field(default=None, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for rt in BUILTIN_TYPES:
+            self._register(rt)
+        namespaces = self._types[("", "v1", "namespaces")]
+        for name in INITIAL_NAMESPACES:
+            self._create(namespaces, None, {"metadata": {"name": name}})
+
+    # -- discovery -------------------------------------------------------------------------------
+
+    def _register(self, rt: ResourceType) -> None:
+        self._types[rt.key] = rt
+        ref, info = rt.discovery()
+        self.resources[ref] = info
+
+    def _unregister(self, rt: ResourceType) -> None:
+        self._types.pop(rt.key, None)
+        ref, _ = rt.discovery()
+        del self.resources[ref]
+
+    def _get_resources(self) -> list[Any]:
+        return [rt.discovery()[0] for rt in self._types.values()]
+
+    async def _serve_version(self, request: Any) -> dict[str, Any]:
+        """``/api/v1`` and ``/apis/<g>/<v>``: an APIResourceList with subresources listed as a real server does."""
+        group, version = request.resource.group, request.resource.version
+        entries = []
+        for rt in self._types.values():
+            if (rt.group, rt.version) != (group, version):
+                continue
+            entries.append({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
+                            "kind": rt.kind, "verbs": sorted(VERBS), "shortNames": list(rt.short_names),
+                            "categories": list(rt.categories)})
+            if rt.status_subresource:
+                entries.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
+                                "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if not entries and group:
+            raise KubernetesResourceNotFoundError()
+        return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
+                "resources": entries}
+
+    def resource_types(self) -> list[ResourceType]:
+        return list(self._types.values())
+
+    # -- HTTP entry point ------------------------------------------------------------------------
+
+    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        target = parse_target(raw.path)
+        if target is None:  # discovery and /version: kmock serves them
+            if len(raw.path) > 1 and raw.path.endswith("/"):
+                raw = raw.clone(rel_url=raw.rel_url.with_path(raw.path.rstrip("/")))
+            return await super().__call__(raw)
+        try:
+            return await self._dispatch(raw, target)
+        except ApiError as exc:
+            return exc.response()
+        except (SelectorError, PatchError) as exc:
+            return ApiError(400, "BadRequest", str(exc)).response()
+        except Exception as exc:  # a bug here must reach the client as a 500, not a dropped connection
+            logger.exception("internal error serving %s %s", raw.method, raw.path)
+            return ApiError(500, "InternalError", f"{type(exc).__name__}: {exc}").response()
+
+    def _type(self, target: Target) -> ResourceType:
+        rt = self._types.get((target.group, target.version, target.plural))
+        if rt is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {"group": target.group, "kind": target.plural})
+        if target.namespace is not None and not rt.namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return rt
+
+    @staticmethod
+    async def _body(raw: aiohttp.web.BaseRequest) -> Any:
+        if "protobuf" in raw.content_type:
+            # Differs from a real API server: JSON and YAML bodies only.
+            raise ApiError(415, "UnsupportedMediaType", "protobuf bodies are not supported; send JSON")
+        text = await raw.text()
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            try:
+                return yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ApiError(400, "BadRequest", f"the request body is neither JSON nor YAML: {exc}") from None
+
+    async def _dispatch(self, raw: aiohttp.web.BaseRequest, target: Target) -> aiohttp.web.StreamResponse:
+        rt, method, query = self._type(target), raw.method.upper(), raw.query
+        ns = target.namespace
+        watching = method == "GET" and query.get("watch") in ("true", "1")
+        if target.name is None:
+            if watching:
+                return await self._watch(raw, rt, ns, query)
+            if method == "GET":
+                return aiohttp.web.json_response(self._list(rt, ns, query))
+            if method == "POST":
+                return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
+            if method == "DELETE":
+                return aiohttp.web.json_response(self._delete_collection(rt, ns, query, await self._body(raw)))
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
+        if rt.namespaced and ns is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        key = (rt.key, ns, target.name)
+        sub = target.subresource
+        if sub == "binding" and rt.plural == "pods" and method == "POST":
+            return aiohttp.web.json_response(self._bind(rt, key, await self._body(raw)), status=201)
+        if sub not in (None, "status") or (sub == "status" and not rt.status_subresource):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if watching:
+            query = {**query, "fieldSelector": f"metadata.name={target.name}"}
+            return await self._watch(raw, rt, ns, query)
+        if method == "GET":
+            return aiohttp.web.json_response(self._get(rt, key))
+        if method == "PUT":
+            return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw), sub))
+        if method == "PATCH":
+            body = await self._body(raw)
+            return aiohttp.web.json_response(self._patch(rt, key, body, raw.content_type, sub))
+        if method == "DELETE":
+            return aiohttp.web.json_response(self._delete(rt, key, await self._body(raw) or {}))
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}")
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _get(self, rt: ResourceType, key: ObjectKey) -> dict[str, Any]:
+        obj = self._store.get(key)
+        if obj is None:
+            raise not_found(rt, key[2])
+        return obj
+
+    def _matcher(self, query: Any) -> Any:
+        by_label = label_selector(query.get("labelSelector"))
+        by_field = field_selector(query.get("fieldSelector"))
+        return lambda obj: by_label(obj) and by_field(obj)
+
+    def _list(self, rt: ResourceType, ns: str | None, query: Any) -> dict[str, Any]:
+        # Differs from a real API server: `limit`/`continue` are ignored, every match comes in one page.
+        matches = self._matcher(query)
+        items = [obj for (tk, ons, _), obj in sorted(self._store.items(), key=lambda kv: (kv[0][1] or "", kv[0][2]))
+                 if tk == rt.key and (ns is None or ons == ns) and matches(obj)]
+        return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List",
+                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def objects_of(self, rt: ResourceType) -> list[dict[str, Any]]:
+        return [obj for (tk, _, _), obj in self._store.items() if tk == rt.key]
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _emit(self, rt: ResourceType, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._log.append((self._rv, rt.key, kind, obj, old))
+        if len(self._log) > EVENT_LOG_LIMIT:
+            drop = len(self._log) // 2
+            self._log_floor = self._log[drop - 1][0]
+            del self._log[:drop]
+        if self._wake is not None:
+            self._wake.set()
+            self._wake = asyncio.Event()
+
+    def _check_kind(self, rt: ResourceType, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", f"the body must be a {rt.kind} object")
+        obj = copy.deepcopy(body)
+        if obj.get("kind", rt.kind) != rt.kind or obj.get("apiVersion", rt.api_version) != rt.api_version:
+            raise ApiError(400, "BadRequest", f"the body is a {obj.get('apiVersion')}/{obj.get('kind')}, "
+                                              f"expected {rt.api_version}/{rt.kind}")
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        if not isinstance(obj.setdefault("metadata", {}), dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        return obj
+
+    def _create(self, rt: ResourceType, ns: str | None, body: Any) -> dict[str, Any]:
+        obj = self._check_kind(rt, body)
+        meta = obj["metadata"]
+        if rt.namespaced:
+            if ns and meta.get("namespace") not in (None, ns):
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
+                                                  "namespace sent on the request")
+            # Differs from a real API server: a namespaced POST without a namespace in the URL lands in the
+            # object's namespace (or "default") instead of answering 404.
+            ns = ns or meta.get("namespace") or "default"
+            if (("", "v1", "namespaces"), None, ns) not in self._store:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
+                               {"name": ns, "kind": "namespaces"})
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise invalid(rt, "", [("metadata.name", "metadata.name: Required value: name or "
+                                                          "generateName is required")])
+            alphabet = "bcdfghjklmnpqrstvwxz2456789"
+            meta["name"] = meta["generateName"] + "".join(random.choice(alphabet) for _ in range(5))
+        key = (rt.key, ns if rt.namespaced else None, meta["name"])
+        if key in self._store:
+            raise ApiError(409, "AlreadyExists", f'{rt.qualified_plural} "{meta["name"]}" already exists',
+                           {"name": meta["name"], "group": rt.group, "kind": rt.plural})
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
+            meta.pop(field, None)
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+        if rt.status_subresource:
+            # Create ignores a status, as the real server does; a new pod starts Pending and a namespace Active.
+            obj.pop("status", None)
+            if rt.plural == "pods":
+                obj["status"] = {"phase": "Pending"}
+            if rt.plural == "namespaces":
+                obj["status"] = {"phase": "Active"}
+        obj = self._admit(rt, obj, None)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._store[key] = obj
+        self._uids[meta["uid"]] = key
+        if rt.plural == "customresourcedefinitions":
+            self._register_crd(obj, replacing=None)
+        self._emit(rt, "ADDED", obj, None)
+        return obj
+
+    def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        """Per-kind rules applied on every write: schema for custom objects, CRD registration, Secret data."""
+        name = obj["metadata"].get("name", "")
+        if rt.schema is not None:
+            obj = rt.schema.prepare(obj)
+            errors = rt.schema.errors(obj, old)
+            if errors:
+                raise invalid(rt, name, errors)
+        if rt.plural == "secrets" and not rt.group and "stringData" in obj:
+            data = obj.setdefault("data", {})
+            for k, v in (obj.pop("stringData") or {}).items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+        if rt.plural == "customresourcedefinitions":
+            obj = self._admit_crd(obj)
+        return obj
+
+    def _replace(self, rt: ResourceType, key: ObjectKey, body: Any, sub: str | None) -> dict[str, Any]:
+        current = self._get(rt, key)
+        new = self._check_kind(rt, body)
+        if new["metadata"].get("name") not in (None, key[2]):
+            raise ApiError(400, "BadRequest", f'the name of the object ({new["metadata"]["name"]}) does not '
+                                              f"match the name on the URL ({key[2]})")
+        # Differs from a real API server: a PUT without metadata.resourceVersion is accepted as unconditional
+        # for every kind (the real one requires it for custom resources).
+        self._check_precondition(rt, current, new["metadata"].get("resourceVersion"))
+        return self._update(rt, key, current, new, sub)
+
+    def _patch(self, rt: ResourceType, key: ObjectKey, body: Any, content_type: str,
+               sub: str | None) -> dict[str, Any]:
+        current = self._get(rt, key)
+        if content_type == "application/json-patch+json":
+            new = json_patch(current, body)
+        elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json",
+                              "application/json"):
+            # Differs from a real API server: a strategic merge patch is applied as a JSON merge patch
+            # (lists replace instead of merging by key; no $patch directives).
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+            self._check_precondition(rt, current, (body.get("metadata") or {}).get("resourceVersion"))
+            new = merge_patch(current, body)
+        else:
+            raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type!r} is not supported "
+                           "(server-side apply is not emulated; use a merge patch or client-side apply)")
+        return self._update(rt, key, current, new, sub)
+
+    def _check_precondition(self, rt: ResourceType, current: dict[str, Any], rv: str | None) -> None:
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified_plural} '
+                           f'"{current["metadata"]["name"]}": the object has been modified; please apply your '
+                           "changes to the latest version and try again")
+
+    def _update(self, rt: ResourceType, key: ObjectKey, current: dict[str, Any], new: dict[str, Any],
+                sub: str | None) -> dict[str, Any]:
+        if sub == "status":
+            # The /status subresource changes only status.
+            merged = copy.deepcopy(current)
+            if new.get("status") is None:
+                merged.pop("status", None)
+            else:
+                merged["status"] = copy.deepcopy(new["status"])
+            new = merged
+        else:
+            new = copy.deepcopy(new)
+            new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+            meta, old_meta = new.setdefault("metadata", {}), current["metadata"]
+            for field in ("uid", "creationTimestamp", "generation", "deletionTimestamp",
+                          "deletionGracePeriodSeconds", "name", "namespace"):
+                if field in old_meta:
+                    meta[field] = old_meta[field]
+                else:
+                    meta.pop(field, None)
+            if rt.status_subresource:  # the main resource ignores status changes
+                if "status" in current:
+                    new["status"] = copy.deepcopy(current["status"])
+                else:
+                    new.pop("status", None)
+        new = self._admit(rt, new, current)
+        if _spec_part(new) != _spec_part(current):
+            new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if new == current:
+            return current  # a no-op write: no new resourceVersion and no watch event, as on a real server
+        if rt.plural == "customresourcedefinitions" and sub != "status":
+            self._register_crd(new, replacing=current)
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._store[key] = new
+        self._emit(rt, "MODIFIED", new, current)
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(rt, key, orphan=False)
+        return new
+
+    # -- deletion and garbage collection ---------------------------------------------------------
+
+    def _delete(self, rt: ResourceType, key: ObjectKey, options: dict[str, Any]) -> dict[str, Any]:
+        current = self._get(rt, key)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+            raise ApiError(409, "Conflict", f'Precondition failed: UID in precondition: {pre["uid"]}, '
+                                            f'UID in object meta: {current["metadata"]["uid"]}')
+        self._check_precondition(rt, current, pre.get("resourceVersion"))
+        orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+        return self._delete_object(rt, key, options.get("gracePeriodSeconds"), orphan)
+
+    def _delete_object(self, rt: ResourceType, key: ObjectKey, grace: int | None, orphan: bool) -> dict[str, Any]:
+        current = self._store[key]
+        meta = current["metadata"]
+        graceful_pod = rt.plural == "pods" and not rt.group and (current.get("spec") or {}).get("nodeName")
+        if graceful_pod and grace is None:
+            grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        if meta.get("deletionTimestamp"):
+            if graceful_pod and grace == 0 and not meta.get("finalizers"):
+                return self._remove(rt, key, orphan)  # the kubelet's final delete after the container stopped
+            return current
+        if meta.get("finalizers") or (graceful_pod and grace):
+            # A pod bound to a node waits for its kubelet (the PodRunner) to stop the container, which then
+            # deletes it with gracePeriodSeconds=0; objects with finalizers wait for their controllers.
+            # Differs from a real API server: Orphan/Foreground of a deferred deletion act as Background.
+            marked = copy.deepcopy(current)
+            when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=grace or 0)
+            marked["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+            marked["metadata"]["deletionGracePeriodSeconds"] = grace or 0
+            marked["metadata"]["resourceVersion"] = self._next_rv()
+            self._store[key] = marked
+            self._emit(rt, "MODIFIED", marked, current)
+            return marked
+        return self._remove(rt, key, orphan)
+
+    def _remove(self, rt: ResourceType, key: ObjectKey, orphan: bool) -> dict[str, Any]:
+        obj = copy.deepcopy(self._store.pop(key))
+        self._uids.pop(obj["metadata"]["uid"], None)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(rt, "DELETED", obj, None)
+        if rt.plural == "customresourcedefinitions":
+            self._unregister_crd(obj)
+        if rt.plural == "namespaces" and not rt.group:
+            # Differs from a real API server: the namespace's content goes at once, with no Terminating phase.
+            for other_key in [k for k in self._store if k[1] == key[2]]:
+                if other_key in self._store:
+                    self._delete_object(self._types[other_key[0]], other_key, None, orphan=False)
+        self._collect_dependents(obj["metadata"]["uid"], orphan)
+        return obj
+
+    def _collect_dependents(self, owner_uid: str, orphan: bool) -> None:
+        """Background cascading deletion: dependents whose owners are all gone are deleted, recursively.
+
+        Differs from a real API server: this runs inside the owner's delete request instead of in the
+        asynchronous garbage collector, so dependents are gone (or marked) when the delete returns.
+        """
+        for key in [k for k, o in self._store.items()
+                    if any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])]:
+            obj = self._store.get(key)
+            if obj is None:
+                continue  # already removed by a deeper cascade
+            rt = self._types[key[0]]
+            remaining = [r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != owner_uid]
+            if orphan or any(r.get("uid") in self._uids for r in remaining):
+                new = copy.deepcopy(obj)
+                if remaining:
+                    new["metadata"]["ownerReferences"] = remaining
+                else:
+                    new["metadata"].pop("ownerReferences", None)
+                self._update(rt, key, obj, new, None)
+            else:
+                self._delete_object(rt, key, None, orphan=False)
+
+    def _delete_collection(self, rt: ResourceType, ns: str | None, query: Any, options: Any) -> dict[str, Any]:
+        listed = self._list(rt, ns, query)
+        options = options or {}
+        orphan = options.get("propagationPolicy") == "Orphan"
+        for obj in listed["items"]:
+            key = (rt.key, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            if key in self._store:
+                self._delete_object(rt, key, options.get("gracePeriodSeconds"), orphan)
+        return listed
+
+    def _bind(self, rt: ResourceType, key: ObjectKey, body: Any) -> dict[str, Any]:
+        """``pods/binding``: what a scheduler posts to put a pod on a node (sets spec.nodeName once)."""
+        current = self._get(rt, key)
+        node = ((body or {}).get("target") or {}).get("name")
+        if not node:
+            raise ApiError(400, "BadRequest", "a Binding needs target.name")
+        if (current.get("spec") or {}).get("nodeName"):
+            raise ApiError(409, "Conflict", f'pod {key[2]} is already assigned to node '
+                                            f'"{current["spec"]["nodeName"]}"')
+        new = copy.deepcopy(current)
+        new.setdefault("spec", {})["nodeName"] = node
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._store[key] = new
+        self._emit(rt, "MODIFIED", new, current)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    # -- CustomResourceDefinitions ---------------------------------------------------------------
+
+    def _crd_types(self, crd: dict[str, Any]) -> list[ResourceType]:
+        spec, name = crd.get("spec") or {}, crd["metadata"].get("name", "")
+        names, group = spec.get("names") or {}, spec.get("group", "")
+        crd_rt = self._types[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+        errors = []
+        for field in ("plural", "kind"):
+            if not names.get(field):
+                errors.append((f"spec.names.{field}", f"spec.names.{field}: Required value"))
+        if not group:
+            errors.append(("spec.group", "spec.group: Required value"))
+        if names.get("plural") and group and name != f"{names['plural']}.{group}":
+            errors.append(("metadata.name", f'metadata.name: Invalid value: "{name}": must be '
+                                            'spec.names.plural+"."+spec.group'))
+        if not spec.get("versions"):
+            errors.append(("spec.versions", "spec.versions: Required value"))
+        if errors:
+            raise invalid(crd_rt, name, errors)
+        types = []
+        for index, version in enumerate(spec["versions"]):
+            if not version.get("served", True):
+                continue
+            subresources = version.get("subresources") or spec.get("subresources") or {}
+            raw_schema = ((version.get("schema") or {}).get("openAPIV3Schema")
+                          or (spec.get("validation") or {}).get("openAPIV3Schema"))
+            try:
+                schema = CustomResourceSchema(raw_schema) if raw_schema else None
+            except Exception as exc:  # a CEL rule that does not compile, a schema jsonschema rejects
+                field = f"spec.versions[{index}].schema.openAPIV3Schema"
+                raise invalid(crd_rt, name, [(field, f"{field}: Invalid value: {exc}")]) from None
+            types.append(ResourceType(
+                group, version["name"], names["plural"], names["kind"], spec.get("scope", "Namespaced") == "Namespaced",
+                names.get("singular") or names["kind"].lower(), tuple(names.get("shortNames") or ()),
+                tuple(names.get("categories") or ()), "status" in subresources, schema,
+                list(version.get("additionalPrinterColumns") or []), crd_name=name))
+        return types
+
+    def _admit_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
+        self._crd_types(crd)  # validates; registration happens once the write is certain
+        spec = crd.get("spec") or {}
+        stamp = now_rfc3339()
+        if (crd.get("status") or {}).get("conditions"):
+            return crd  # accepted before; the status subresource keeps it
+        crd["status"] = {
+            "acceptedNames": spec.get("names") or {},
+            "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                 "message": "no conflicts found", "lastTransitionTime": stamp},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted", "lastTransitionTime": stamp},
+            ],
+        }
+        return crd
+
+    def _register_crd(self, crd: dict[str, Any], replacing: dict[str, Any] | None) -> None:
+        """Serve the CRD's resources at once (a real server takes a moment to set Established)."""
+        if replacing is not None:
+            for rt in [t for t in self._types.values() if t.crd_name == replacing["metadata"]["name"]]:
+                self._unregister(rt)
+        for rt in self._crd_types(crd):
+            self._register(rt)
+
+    def _unregister_crd(self, crd: dict[str, Any]) -> None:
+        for rt in [t for t in self._types.values() if t.crd_name == crd["metadata"]["name"]]:
+            for key in [k for k in self._store if k[0] == rt.key]:
+                if key in self._store:
+                    self._remove(rt, key, orphan=False)
+            self._unregister(rt)
+
+    # -- watch -----------------------------------------------------------------------------------
+
+    async def _watch(self, raw: aiohttp.web.BaseRequest, rt: ResourceType, ns: str | None,
+                     query: Any) -> aiohttp.web.StreamResponse:
+        """A watch stream of JSON lines, resuming after ``resourceVersion`` or starting with ADDED for all.
+
+        Differs from a real API server: no BOOKMARK events; ``resourceVersionMatch`` and
+        ``sendInitialEvents`` are ignored.
+        """
+        matches = self._matcher(query)
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        since = query.get("resourceVersion") or "0"
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        try:
+            if since == "0":
+                position = self._rv
+                for obj in self._list(rt, ns, query)["items"]:
+                    await response.write(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+            else:
+                position = int(since) if since.isdigit() else self._rv
+                if position < self._log_floor:
+                    gone = ApiError(410, "Expired", f"too old resource version: {position} ({self._log_floor})")
+                    await response.write(json.dumps({"type": "ERROR", "object": gone.status()}).encode() + b"\n")
+                    return response
+            while not self._closing:
+                if self._wake is None:
+                    self._wake = asyncio.Event()
+                wake = self._wake
+                start = bisect.bisect_right(self._log, position, key=lambda e: e[0])
+                for rv, type_key, kind, obj, old in self._log[start:]:
+                    position = rv
+                    if type_key != rt.key or (ns is not None and obj["metadata"].get("namespace") != ns):
+                        continue
+                    now_in, was_in = matches(obj), old is not None and matches(old)
+                    if kind == "MODIFIED":
+                        kind = "MODIFIED" if now_in and was_in else "ADDED" if now_in else "DELETED" if was_in else ""
+                    elif not now_in:
+                        kind = ""
+                    if kind:
+                        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=min(remaining, 5.0))
+                except asyncio.TimeoutError:
+                    pass
+        except (ConnectionResetError, asyncio.CancelledError):
+            return response
+        await response.write_eof()
+        return response
+
+    def close_watches(self) -> None:
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+
+
+class LocalApiServer:
+    """``LocalKubernetesApi`` served on 127.0.0.1 from a background thread with its own event loop.
+
+    Plain HTTP without authentication: it listens on loopback only. Any bearer token is accepted.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host, self._requested_port = host, port
+        self.port: int | None = None
+        self.api: LocalKubernetesApi | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the API server is not started")
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> LocalApiServer:
+        self._thread = threading.Thread(target=self._run, name="local-apiserver", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError(f"the local API server failed to start: {self._error}") from self._error
+        if self.port is None:
+            raise RuntimeError("the local API server did not start within 30 s")
+        return self
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as exc:  # reported to start(); the thread must not die silently
+            self._error = exc
+            self._ready.set()
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        self.api = LocalKubernetesApi()
+        async with self.api:
+            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api), shutdown_timeout=2.0)
+            await runner.setup()
+            site = aiohttp.web.TCPSite(runner, self.host, self._requested_port)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            self._ready.set()
+            await self._stop.wait()
+            self.api.close_watches()
+            await runner.cleanup()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop has already finished
+            self._thread.join(15)
+        self._thread = None
+
+    def __enter__(self) -> LocalApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "ascend-local", "cluster": {"server": self.url}}],
+            "users": [{"name": "ascend-local", "user": {"token": "local"}}],
+            "contexts": [{"name": "ascend-local",
+                          "context": {"cluster": "ascend-local", "user": "ascend-local", "namespace": namespace}}],
+            "current-context": "ascend-local",
+        }
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """Write a kubeconfig for kubectl, the ``kubernetes`` client and kopf (temp file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False))
+        tmp.replace(path)
+        return path

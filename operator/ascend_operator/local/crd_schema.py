@@ -1,0 +1,197 @@
+"""A CRD version's openAPIV3Schema applied the way the API server applies it to custom objects.
+
+Order as on a real server: prune unknown fields (structural schemas), drop nulls the schema does not allow,
+apply ``default``s, then validate with the OpenAPI schema and with the CEL rules
+(``x-kubernetes-validations``, ``self`` bound to the value at the rule's level, ``oldSelf`` on updates).
+Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: ...``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import celpy
+import jsonschema
+
+_ROOT_KEPT = ("apiVersion", "kind", "metadata")
+
+
+def _field(path: list[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _quoted(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string" if isinstance(value, str) else "null"
+
+
+def _to_jsonschema(schema: Any) -> Any:
+    """OpenAPI v3.0 -> JSON Schema draft 4: ``nullable: true`` becomes a ``null`` type; x-kubernetes-* are ignored."""
+    if isinstance(schema, list):
+        return [_to_jsonschema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _to_jsonschema(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if schema.get("x-kubernetes-int-or-string") and "anyOf" not in out:
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    out.pop("nullable", None)
+    return out
+
+
+class CustomResourceSchema:
+    """Prune, default and validate custom objects of one CRD version."""
+
+    def __init__(self, open_api_v3_schema: dict[str, Any]):
+        self.schema = open_api_v3_schema or {}
+        self._validator = jsonschema.Draft4Validator(_to_jsonschema(self.schema))
+        self._programs: dict[str, Any] = {}
+        self._cel = celpy.Environment()
+        # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server).
+        self._compile_all(self.schema)
+
+    def _compile_all(self, schema: Any) -> None:
+        if not isinstance(schema, dict):
+            return
+        for rule in schema.get("x-kubernetes-validations") or []:
+            self._program(rule["rule"])
+            if rule.get("messageExpression"):
+                self._program(rule["messageExpression"])
+        for sub in (schema.get("properties") or {}).values():
+            self._compile_all(sub)
+        for key in ("items", "additionalProperties"):
+            self._compile_all(schema.get(key))
+
+    def _program(self, expression: str) -> Any:
+        if expression not in self._programs:
+            self._programs[expression] = self._cel.program(self._cel.compile(expression))
+        return self._programs[expression]
+
+    # -- shaping ----------------------------------------------------------------------------------
+
+    def prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Pruned and defaulted copy of ``obj`` (apiVersion, kind and metadata are kept at the root)."""
+        kept = {k: obj[k] for k in _ROOT_KEPT if k in obj}
+        rest = self._shape({k: v for k, v in obj.items() if k not in _ROOT_KEPT}, self.schema)
+        return {**kept, **rest}
+
+    def _shape(self, value: Any, schema: dict[str, Any]) -> Any:
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                sub = (props or {}).get(key)
+                if sub is None and isinstance(extra, dict):
+                    sub = extra
+                if sub is None:
+                    if preserve or extra is True:
+                        out[key] = copy.deepcopy(item)
+                    continue  # pruned: unknown field of a structural schema
+                if item is None and not sub.get("nullable"):
+                    continue  # a null the schema does not allow is dropped (and may be defaulted below)
+                out[key] = self._shape(item, sub)
+            for key, sub in (props or {}).items():
+                if key not in out and "default" in sub:
+                    out[key] = self._shape(copy.deepcopy(sub["default"]), sub)
+            return out
+        if isinstance(value, list) and isinstance(schema.get("items"), dict):
+            return [self._shape(item, schema["items"]) for item in value]
+        return copy.deepcopy(value)
+
+    # -- validation -------------------------------------------------------------------------------
+
+    def errors(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+        """``(field, message)`` pairs, empty when ``obj`` is valid."""
+        body = {k: v for k, v in obj.items() if k not in _ROOT_KEPT}
+        found = [self._schema_error(e) for e in self._validator.iter_errors(body)]
+        old_body = None if old is None else {k: v for k, v in old.items() if k not in _ROOT_KEPT}
+        self._rule_errors(body, old_body, self.schema, [], found)
+        return sorted(set(found))
+
+    @staticmethod
+    def _schema_error(error: jsonschema.ValidationError) -> tuple[str, str]:
+        path = list(error.absolute_path)
+        field, value, kind = _field(path), error.instance, error.validator
+        if kind == "required":
+            missing = [r for r in error.validator_value if not isinstance(value, dict) or r not in value]
+            field = _field(path + missing[:1])
+            return field, f"{field}: Required value"
+        if kind == "enum":
+            allowed = ", ".join(_quoted(v) for v in error.validator_value)
+            return field, f"{field}: Unsupported value: {_quoted(value)}: supported values: {allowed}"
+        if kind == "type":
+            return field, (f'{field}: Invalid value: "{_type_name(value)}": {field} in body must be of type '
+                           f"{error.validator_value}: {_quoted(value)}")
+        words = {
+            "minimum": "should be greater than or equal to", "maximum": "should be less than or equal to",
+            "minLength": "should be at least {} chars long", "maxLength": "may not be longer than {}",
+            "minItems": "should have at least {} items", "maxItems": "must have at most {} items",
+            "pattern": "should match '{}'",
+        }
+        if kind in words:
+            text = words[kind]
+            text = text.format(error.validator_value) if "{}" in text else f"{text} {error.validator_value}"
+            return field, f"{field}: Invalid value: {_quoted(value)}: {field} in body {text}"
+        return field, f"{field}: Invalid value: {_quoted(value)}: {error.message}"
+
+    def _rule_errors(self, value: Any, old: Any, schema: Any, path: list[str | int],
+                     found: list[tuple[str, str]]) -> None:
+        if not isinstance(schema, dict) or value is None:
+            return
+        for rule in schema.get("x-kubernetes-validations") or []:
+            message = self._check_rule(rule, value, old)
+            if message is not None:
+                field = _field(path) + (rule.get("fieldPath") or "")
+                found.append((field, f'{field}: Invalid value: "{_type_name(value)}": {message}'))
+        if isinstance(value, dict):
+            props = schema.get("properties") or {}
+            extra = schema.get("additionalProperties")
+            for key, item in value.items():
+                sub = props.get(key, extra if isinstance(extra, dict) else None)
+                old_item = old.get(key) if isinstance(old, dict) else None
+                self._rule_errors(item, old_item, sub, path + [key], found)
+        elif isinstance(value, list):
+            # Differs from a real server: oldSelf is not correlated inside lists (only map-type lists are there).
+            for index, item in enumerate(value):
+                self._rule_errors(item, None, schema.get("items"), path + [index], found)
+
+    def _check_rule(self, rule: dict[str, Any], value: Any, old: Any) -> str | None:
+        """The failure message of one CEL rule, or None when it holds (or is a transition rule on create)."""
+        expression = rule["rule"]
+        if "oldSelf" in expression and old is None:
+            return None
+        activation = {"self": celpy.json_to_cel(value)}
+        if old is not None:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        try:
+            result = self._program(expression).evaluate(activation)
+        except celpy.CELEvalError as exc:
+            return f"rule evaluation error: {expression}: {exc.args[0] if exc.args else exc}"
+        if bool(result):
+            return None
+        if rule.get("messageExpression"):
+            try:
+                return str(self._program(rule["messageExpression"]).evaluate(activation))
+            except celpy.CELEvalError:
+                pass
+        return rule.get("message") or f"failed rule: {expression}"
