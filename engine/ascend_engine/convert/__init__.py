@@ -1,0 +1,1 @@
+"""Checkpoint conversion: HF <-> Megatron-core, TP/PP resharding, LoRA merge (``ascend-engine convert``)."""

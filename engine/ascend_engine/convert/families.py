@@ -1,0 +1,129 @@
+"""One declarative HF <-> Megatron-core name mapping per model family (the Megatron-Bridge idea).
+
+A row says: this Megatron key is made from these HF tensors by this rule, and exists only when the model
+has this feature. The converter walks the rows both ways; nothing here is specific to a direction.
+
+Rules: ``copy`` (one to one), ``qkv`` (q, k, v fused per query group: for group g the rows are g's query
+heads, then k_g, then v_g, so a plain TP chunk keeps whole groups together), ``gate_up`` (gate then up
+stacked along dim 0; TP interleaves them per rank in tensor_parallel.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config.train import ModelConfig
+from .errors import ConvertError
+from .mcore_layout import is_extra_state, model_keys, split_layer_key
+
+
+class MappingError(ConvertError):
+    """A model the family's table cannot express, or HF tensors with unexpected names or shapes."""
+
+
+@dataclass(frozen=True)
+class Row:
+    mcore: str  # Megatron key; "{i}" is the layer number
+    hf: tuple[str, ...]  # HF tensor names; "{i}" is the layer number
+    rule: str = "copy"  # copy | qkv | gate_up
+    when: str | None = None  # ModelConfig attribute that must be true for the row to apply
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # --model-type-hf
+    hf_model_type: str  # config.json "model_type"
+    architecture: str  # config.json "architectures"
+    rows: tuple[Row, ...]
+
+    def rows_for(self, model: ModelConfig) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+        """Megatron key -> (rule, row pattern, HF names) for every tensor key of ``model``; errors name what is
+        missing."""
+        active = [r for r in self.rows if r.when is None or getattr(model, r.when)]
+        by_pattern = {r.mcore: r for r in active}
+        plan: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        for key in model_keys(model):
+            if is_extra_state(key):
+                continue
+            found = split_layer_key(key)
+            pattern = f"decoder.layers.{{i}}.{found[1]}" if found else key
+            row = by_pattern.get(pattern)
+            if row is None:
+                raise MappingError(f"model family {self.name!r} has no HF name for {pattern} (the model has a "
+                                   f"feature this family does not support)")
+            layer = {"i": found[0]} if found else {}
+            plan[key] = (row.rule, pattern, tuple(h.format(**layer) for h in row.hf))
+        return plan
+
+
+def to_mcore(rule: str, tensors: list[torch.Tensor], model: ModelConfig, key: str) -> torch.Tensor:
+    """HF tensors -> one Megatron tensor."""
+    if rule == "copy":
+        return tensors[0]
+    if rule == "gate_up":
+        gate, up = tensors
+        if gate.shape != up.shape:
+            raise MappingError(f"{key}: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ in shape")
+        return torch.cat([gate, up], dim=0)
+    if rule == "qkv":
+        q, k, v = tensors
+        groups, dim = model.num_query_groups, model.head_dim
+        heads = model.numAttentionHeads
+        expect = (heads * dim, groups * dim, groups * dim)
+        if (q.shape[0], k.shape[0], v.shape[0]) != expect:
+            raise MappingError(f"{key}: q/k/v have {q.shape[0]}/{k.shape[0]}/{v.shape[0]} rows, expected "
+                               f"{expect[0]}/{expect[1]}/{expect[2]} ({heads} heads, {groups} query groups, "
+                               f"head dim {dim})")
+        rest = q.shape[1:]
+        per_group = [q.reshape(groups, heads // groups * dim, *rest), k.reshape(groups, dim, *rest),
+                     v.reshape(groups, dim, *rest)]
+        return torch.cat(per_group, dim=1).reshape(-1, *rest)
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+def to_hf(rule: str, tensor: torch.Tensor, model: ModelConfig) -> list[torch.Tensor]:
+    """One Megatron tensor -> its HF tensors (inverse of ``to_mcore``)."""
+    if rule == "copy":
+        return [tensor]
+    if rule == "gate_up":
+        return list(torch.chunk(tensor, 2, dim=0))
+    if rule == "qkv":
+        groups, dim = model.num_query_groups, model.head_dim
+        q_per_group = model.numAttentionHeads // groups * dim
+        rest = tensor.shape[1:]
+        q, k, v = torch.split(tensor.reshape(groups, q_per_group + 2 * dim, *rest), [q_per_group, dim, dim], dim=1)
+        return [t.reshape(-1, *rest) for t in (q, k, v)]
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+_L, _M = "model.layers.{i}.", "decoder.layers.{i}."
+_DECODER = (
+    Row("embedding.word_embeddings.weight", ("model.embed_tokens.weight",)),
+    Row(_M + "input_layernorm.weight", (_L + "input_layernorm.weight",)),
+    Row(_M + "self_attention.linear_qkv.weight",
+        (_L + "self_attn.q_proj.weight", _L + "self_attn.k_proj.weight", _L + "self_attn.v_proj.weight"), "qkv"),
+    Row(_M + "self_attention.linear_proj.weight", (_L + "self_attn.o_proj.weight",)),
+    Row(_M + "pre_mlp_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
+    Row(_M + "mlp.linear_fc1.weight", (_L + "mlp.gate_proj.weight", _L + "mlp.up_proj.weight"), "gate_up"),
+    Row(_M + "mlp.linear_fc2.weight", (_L + "mlp.down_proj.weight",)),
+    Row("decoder.final_layernorm.weight", ("model.norm.weight",)),
+    Row("output_layer.weight", ("lm_head.weight",), when="untieEmbeddingsAndOutputWeights"),
+)
+_QKV_BIAS = (
+    Row(_M + "self_attention.linear_qkv.bias",
+        (_L + "self_attn.q_proj.bias", _L + "self_attn.k_proj.bias", _L + "self_attn.v_proj.bias"), "qkv",
+        when="addQkvBias"),
+)
+_QK_NORM = (
+    Row(_M + "self_attention.q_layernorm.weight", (_L + "self_attn.q_norm.weight",), when="qkLayernorm"),
+    Row(_M + "self_attention.k_layernorm.weight", (_L + "self_attn.k_norm.weight",), when="qkLayernorm"),
+)
+
+FAMILIES = {
+    "qwen3": Family("qwen3", "qwen3", "Qwen3ForCausalLM", _DECODER + _QK_NORM),
+    "qwen2": Family("qwen2", "qwen2", "Qwen2ForCausalLM", _DECODER + _QKV_BIAS),
+    # MindSpeed-LLM's recipes convert Qwen2.5 as "llama2 --add-qkv-bias": the bias rows keep that working.
+    "llama2": Family("llama2", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
+    "llama3": Family("llama3", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
+}

@@ -1,0 +1,111 @@
+"""HF ``config.json`` <-> our ``ModelConfig`` (the trainer reuses ``model_config_from_hf`` to start from HF).
+
+Only the decoder-only families in families.py are understood; anything that changes the weights in a way
+Megatron's GPTModel cannot express (a bias on o_proj or the MLP, another activation) is refused here, so the
+converter never writes a checkpoint that would load but compute something else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.train import ModelConfig
+from .families import FAMILIES, Family, MappingError
+
+# config.json "model_type" -> the features Megatron needs that the type implies
+_QWEN2_QKV_BIAS = {"qwen2"}
+_QK_NORM = {"qwen3"}
+SUPPORTED_MODEL_TYPES = {"qwen3", "qwen2", "llama"}
+
+
+def _rope_theta(hf: dict[str, Any]) -> float:
+    params = hf.get("rope_parameters") or {}
+    theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    return float(theta)
+
+
+def family_for(hf: dict[str, Any], requested: str | None, source: str) -> Family:
+    """The family a config.json belongs to; ``requested`` (--model-type-hf) must agree with it."""
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise MappingError(f"{source}: unknown architecture model_type={model_type!r} "
+                           f"(architectures={hf.get('architectures')}); supported: "
+                           f"{', '.join(sorted(SUPPORTED_MODEL_TYPES))}")
+    if requested is None:
+        if model_type == "llama":
+            return FAMILIES["llama3" if _rope_theta(hf) >= 500000 else "llama2"]
+        return FAMILIES[model_type]
+    family = FAMILIES[requested]
+    compatible = {family.hf_model_type} | ({"qwen2"} if requested in ("llama2", "llama3") else set())
+    if model_type not in compatible:
+        raise MappingError(f"{source}: model_type is {model_type!r} but --model-type-hf is {requested!r}")
+    return family
+
+
+def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisible_by: int = 128,
+                         padded_vocab_size: int | None = None) -> ModelConfig:
+    """Translate a HF config dict; ``source`` names the file in errors."""
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise MappingError(f"{source}: unknown architecture model_type={model_type!r}")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise MappingError(f"{source}: hidden_act={hf.get('hidden_act')!r} is not supported (SwiGLU needs silu)")
+    if hf.get("attention_bias") and model_type not in _QWEN2_QKV_BIAS:
+        raise MappingError(f"{source}: attention_bias=true puts a bias on o_proj, which Megatron's "
+                           f"--add-qkv-bias does not have; not supported")
+    if hf.get("mlp_bias"):
+        raise MappingError(f"{source}: mlp_bias=true is not supported")
+    try:
+        heads = int(hf["num_attention_heads"])
+        hidden = int(hf["hidden_size"])
+        groups = int(hf.get("num_key_value_heads") or heads)
+        head_dim = int(hf.get("head_dim") or hidden // heads)
+        return ModelConfig(
+            numLayers=int(hf["num_hidden_layers"]), hiddenSize=hidden, ffnHiddenSize=int(hf["intermediate_size"]),
+            numAttentionHeads=heads, groupQueryAttention=groups != heads, numQueryGroups=groups,
+            kvChannels=head_dim, maxPositionEmbeddings=hf.get("max_position_embeddings"),
+            vocabSize=int(hf["vocab_size"]), paddedVocabSize=padded_vocab_size,
+            makeVocabSizeDivisibleBy=make_vocab_size_divisible_by, normalization="RMSNorm",
+            normEpsilon=float(hf.get("rms_norm_eps", 1e-6)), swiglu=True, positionEmbeddingType="rope",
+            rotaryBase=_rope_theta(hf), qkLayernorm=model_type in _QK_NORM,
+            addQkvBias=model_type in _QWEN2_QKV_BIAS, addBiasLinear=False,
+            untieEmbeddingsAndOutputWeights=not hf.get("tie_word_embeddings", False),  # the classes default to untied
+        )
+    except KeyError as e:
+        raise MappingError(f"{source}: missing field {e.args[0]!r}") from None
+    except ValueError as e:
+        raise MappingError(f"{source}: {e}") from None
+
+
+_SHAPE_FIELDS = ("numLayers", "hiddenSize", "ffn_hidden_size", "numAttentionHeads", "num_query_groups", "head_dim",
+                 "vocabSize", "qkLayernorm", "addQkvBias", "untieEmbeddingsAndOutputWeights", "rotaryBase",
+                 "normEpsilon")
+
+
+def check_same_model(a: ModelConfig, b: ModelConfig, what_a: str, what_b: str) -> None:
+    """Refuse to pair a checkpoint with a config.json of another shape."""
+    diff = [f"{f}: {getattr(a, f)} vs {getattr(b, f)}" for f in _SHAPE_FIELDS if getattr(a, f) != getattr(b, f)]
+    if diff:
+        raise MappingError(f"{what_a} and {what_b} describe different models: " + "; ".join(diff))
+
+
+def hf_config_from_model(model: ModelConfig, family: Family, dtype: str) -> dict[str, Any]:
+    """A complete config.json for ``model`` in ``family``'s HF class, via transformers' own config class."""
+    from transformers import AutoConfig
+
+    if model.addBiasLinear or model.normalization != "RMSNorm" or not model.swiglu:
+        raise MappingError(f"the checkpoint's model (bias on all linears, LayerNorm or no SwiGLU) has no "
+                           f"{family.architecture} equivalent")
+    kwargs = dict(
+        vocab_size=model.vocabSize, hidden_size=model.hiddenSize, intermediate_size=model.ffn_hidden_size,
+        num_hidden_layers=model.numLayers, num_attention_heads=model.numAttentionHeads,
+        num_key_value_heads=model.num_query_groups, head_dim=model.head_dim,
+        rms_norm_eps=model.normEpsilon, rope_theta=model.rotaryBase,
+        tie_word_embeddings=not model.untieEmbeddingsAndOutputWeights, hidden_act="silu",
+        architectures=[family.architecture], dtype=dtype,
+    )
+    if model.maxPositionEmbeddings:
+        kwargs["max_position_embeddings"] = model.maxPositionEmbeddings
+    hf = AutoConfig.for_model(family.hf_model_type, **kwargs).to_dict()
+    check_same_model(model_config_from_hf(hf, "generated config.json"), model, "generated config.json",
+                     "the checkpoint")
+    return hf

@@ -1,0 +1,167 @@
+"""Megatron checkpoints (``iter_*/mp_rank_TT[_PPP]/model_optim_rng.pt``) as one unsplit model, lazily.
+
+``MegatronReader`` opens every rank file of the latest iteration without reading tensor data and serves
+whole (TP-merged, globally numbered) tensors on request. ``checkpoint_args`` makes the ``args`` namespace
+Megatron-LM and MindSpeed-LLM read the model shape from.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.layout import RELEASE, checkpoint_file, iteration_dir, read_latest
+from ..config.train import ModelConfig
+from .mcore_layout import split_kind, split_layer_key, with_layer
+from .tensor_parallel import merge
+from .torch_file import CheckpointFileError, LazyTensor, LazyTorchFile
+
+CHECKPOINT_VERSION = 3.0
+_DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _normalize(key: str) -> str:
+    """Names a PEFT-wrapped model saves (``linear_qkv.base_layer.weight``, ``lora_A.default.weight``) ->
+    plain local-spec names."""
+    return re.sub(r"\.lora_([AB])\.default\.", r".lora_\1.", key.replace(".base_layer.", "."))
+
+
+def is_lora_key(key: str) -> bool:
+    return ".lora_A." in key or ".lora_B." in key
+
+
+def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig:
+    """Read the model shape the way Megatron-LM's own ``args`` spell it."""
+    def get(name, default=None):
+        value = getattr(args, name, default)
+        return default if value is None else value
+
+    try:
+        heads = int(args.num_attention_heads)
+        return ModelConfig(
+            numLayers=int(args.num_layers), hiddenSize=int(args.hidden_size),
+            ffnHiddenSize=get("ffn_hidden_size"), numAttentionHeads=heads,
+            groupQueryAttention=bool(get("group_query_attention", False)), numQueryGroups=get("num_query_groups"),
+            kvChannels=get("kv_channels"), maxPositionEmbeddings=get("max_position_embeddings"),
+            vocabSize=int(get("vocab_size", args.padded_vocab_size)), paddedVocabSize=int(args.padded_vocab_size),
+            makeVocabSizeDivisibleBy=int(get("make_vocab_size_divisible_by", 128)),
+            normalization=get("normalization", "LayerNorm"), normEpsilon=float(get("norm_epsilon", 1e-5)),
+            swiglu=bool(get("swiglu", False)), positionEmbeddingType=get("position_embedding_type", "learned_absolute"),
+            rotaryBase=float(get("rotary_base", 10000)), qkLayernorm=bool(get("qk_layernorm", False)),
+            addQkvBias=bool(get("add_qkv_bias", False)), addBiasLinear=bool(get("add_bias_linear", True)),
+            untieEmbeddingsAndOutputWeights=bool(get("untie_embeddings_and_output_weights", False)),
+        )
+    except AttributeError as e:
+        raise CheckpointFileError(f"{source}: checkpoint args lack {e.name or e}") from None
+    except (TypeError, ValueError) as e:
+        raise CheckpointFileError(f"{source}: checkpoint args describe no valid model: {e}") from None
+
+
+def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int], dtype: torch.dtype,
+                    base: argparse.Namespace | None = None) -> argparse.Namespace:
+    """The ``args`` of a written checkpoint: the source's (when it had some) with shape and layout updated."""
+    args = copy.copy(base) if base is not None else argparse.Namespace()
+    uneven = len(set(layer_counts)) > 1
+    vars(args).update(
+        num_layers=model.numLayers, hidden_size=model.hiddenSize, ffn_hidden_size=model.ffn_hidden_size,
+        num_attention_heads=model.numAttentionHeads, group_query_attention=model.groupQueryAttention,
+        num_query_groups=model.num_query_groups, kv_channels=model.head_dim,
+        max_position_embeddings=model.maxPositionEmbeddings, vocab_size=model.vocabSize,
+        padded_vocab_size=model.padded_vocab_size(tp), make_vocab_size_divisible_by=model.makeVocabSizeDivisibleBy,
+        normalization=model.normalization, norm_epsilon=model.normEpsilon, swiglu=model.swiglu,
+        position_embedding_type=model.positionEmbeddingType, rotary_base=model.rotaryBase,
+        qk_layernorm=model.qkLayernorm, add_qkv_bias=model.addQkvBias, add_bias_linear=model.addBiasLinear,
+        untie_embeddings_and_output_weights=model.untieEmbeddingsAndOutputWeights,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=None,
+        num_layer_list=",".join(map(str, layer_counts)) if uneven else None,
+        params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        transformer_impl="local", use_mcore_models=True,
+    )
+    return args
+
+
+class MegatronReader:
+    """The latest iteration of a Megatron checkpoint directory, every rank file opened lazily."""
+
+    def __init__(self, root: str | Path, lora: bool = False):
+        self.root = Path(root)
+        try:
+            self.iteration = read_latest(self.root)
+        except ValueError as e:
+            raise CheckpointFileError(str(e)) from None
+        if self.iteration is None:
+            raise CheckpointFileError(f"{self.root}: no latest_checkpointed_iteration.txt (not a Megatron checkpoint)")
+        base = iteration_dir(self.root, self.iteration)
+        pp = 1 if (base / "mp_rank_00").is_dir() else None
+        if pp is None and not (base / "mp_rank_00_000").is_dir():
+            raise CheckpointFileError(f"{base}: no mp_rank_00 or mp_rank_00_000 folder")
+        first = self._open(checkpoint_file(self.root, self.iteration, 0, 0, pp or 2))
+        self.args = first.obj.get("args") if isinstance(first.obj, dict) else None
+        if self.args is None:
+            raise CheckpointFileError(f"{first.path}: no 'args' in the checkpoint")
+        self.tp = int(getattr(self.args, "tensor_model_parallel_size", 1))
+        self.pp = int(getattr(self.args, "pipeline_model_parallel_size", 1))
+        if (pp == 1) != (self.pp == 1):
+            raise CheckpointFileError(f"{base}: folder names disagree with pipeline_model_parallel_size={self.pp}")
+        self.files = [[first if (t, s) == (0, 0) else self._open(checkpoint_file(self.root, self.iteration, t, s,
+                                                                                   self.pp))
+                       for t in range(self.tp)] for s in range(self.pp)]
+        self.model = model_config_from_args(self.args, str(first.path))
+        # global key -> (stage, key inside that stage's files)
+        self.index: dict[str, tuple[int, str]] = {}
+        self.layer_counts = []
+        offset = 0
+        for s, ranks in enumerate(self.files):
+            state = self._state(ranks[0])
+            local_layers = {split_layer_key(_normalize(k))[0] for k in state if split_layer_key(_normalize(k))
+                            and is_lora_key(_normalize(k)) == lora}
+            for k in state:
+                name = _normalize(k)
+                if is_lora_key(name) != lora:
+                    continue
+                found = split_layer_key(name)
+                self.index[with_layer(name, found[0] + offset) if found else name] = (s, k)
+            self.layer_counts.append(len(local_layers))
+            offset += len(local_layers)
+
+    @staticmethod
+    def _open(path: Path) -> LazyTorchFile:
+        if not path.is_file():
+            raise CheckpointFileError(f"{path}: rank file is missing")
+        return LazyTorchFile(path)
+
+    @staticmethod
+    def _state(f: LazyTorchFile) -> dict:
+        obj = f.obj
+        if not isinstance(obj, dict) or "model" not in obj:
+            which = "virtual-pipeline checkpoints (model0, model1...) are" if "model0" in (obj or {}) else "it is"
+            raise CheckpointFileError(f"{f.path}: no 'model' state dict; {which} not supported")
+        return obj["model"]
+
+    @property
+    def iteration_number(self) -> int:
+        return 0 if self.iteration == RELEASE else int(self.iteration)
+
+    def keys(self) -> list[str]:
+        return list(self.index)
+
+    def load(self, key: str, meta: bool = False) -> torch.Tensor:
+        """The whole tensor (merged over TP ranks) for a global key."""
+        if key not in self.index:
+            raise CheckpointFileError(f"{self.root}: checkpoint has no tensor {key}")
+        stage, local = self.index[key]
+        shards = []
+        for f in self.files[stage]:
+            value = self._state(f).get(local)
+            if not isinstance(value, LazyTensor):
+                raise CheckpointFileError(f"{f.path}: {local} is missing or not a tensor")
+            shards.append(value.meta() if meta else value.load())
+        return merge(shards, split_kind(key, self.model), key)
+
+
+def dtype_from_name(name: str | None) -> torch.dtype | None:
+    return _DTYPE_NAMES[name] if name else None

@@ -1,0 +1,45 @@
+"""Split a full tensor into tensor-parallel shards and merge them back, by split kind (see mcore_layout)."""
+from __future__ import annotations
+
+import torch
+
+from .errors import ConvertError
+
+
+class ShardingError(ConvertError):
+    """A tensor that cannot be split evenly over the requested tensor-parallel size."""
+
+
+def _chunk(tensor: torch.Tensor, tp: int, dim: int, key: str) -> list[torch.Tensor]:
+    if tensor.shape[dim] % tp:
+        raise ShardingError(f"{key}: dimension {dim} of shape {tuple(tensor.shape)} is not divisible by "
+                            f"tensor parallel size {tp}")
+    return list(torch.chunk(tensor, tp, dim=dim))
+
+
+def split(tensor: torch.Tensor, kind: str, tp: int, key: str) -> list[torch.Tensor]:
+    """Shards for TP ranks 0..tp-1."""
+    if kind == "replicated" or tp == 1:
+        return [tensor] * tp
+    if kind in ("column", "vocab"):
+        return _chunk(tensor, tp, 0, key)
+    if kind == "row":
+        return _chunk(tensor, tp, 1, key)
+    if kind == "gate_up":
+        gate, up = _chunk(tensor, 2, 0, key)
+        return [torch.cat(pair, dim=0) for pair in zip(_chunk(gate, tp, 0, key), _chunk(up, tp, 0, key))]
+    raise ValueError(f"unknown split kind {kind!r}")
+
+
+def merge(shards: list[torch.Tensor], kind: str, key: str) -> torch.Tensor:
+    """Inverse of ``split``; replicated tensors are taken from rank 0."""
+    if kind == "replicated" or len(shards) == 1:
+        return shards[0]
+    if kind in ("column", "vocab"):
+        return torch.cat(shards, dim=0)
+    if kind == "row":
+        return torch.cat(shards, dim=1)
+    if kind == "gate_up":
+        halves = [_chunk(s, 2, 0, key) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    raise ValueError(f"unknown split kind {kind!r}")

@@ -1,0 +1,125 @@
+"""Write an unsplit model (sources.Unsplit) as a Megatron checkpoint or as HF safetensors, layer by layer.
+
+Both writers run twice: first with ``meta=True`` (shapes only, nothing written) so every mapping, split and
+shape error surfaces before the first byte; then for real into a temporary folder the command renames.
+Memory: one tensor and its TP shards at a time; files are streamed (torch_file, safetensors_io).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..checkpoint.layout import checkpoint_file
+from ..config.train import ModelConfig
+from ..telemetry import Progress
+from .families import Family, to_hf
+from .mcore_layout import EMBEDDING, OUTPUT, is_extra_state, model_keys, split_kind, split_layer_key, stage_keys
+from .megatron_io import CHECKPOINT_VERSION, checkpoint_args
+from .safetensors_io import SafetensorsWriter
+from .sources import Unsplit
+from .tensor_parallel import split
+from .torch_file import StreamingTorchWriter
+
+
+@dataclass
+class Totals:
+    tensors: int = 0
+    bytes: int = 0
+    hf_plan: list = field(default_factory=list)  # (name, dtype, shape) in write order, from the meta pass
+
+
+def fit_vocab(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+    """Trim padding rows, or pad by repeating the last row (as Megatron-LM's converters do: a padded logit then
+    equals a real one and never wins a greedy argmax on its own)."""
+    if tensor.shape[0] >= rows:
+        return tensor[:rows]
+    return torch.cat([tensor, tensor[-1:].expand(rows - tensor.shape[0], *tensor.shape[1:])], dim=0)
+
+
+def _prepare(unsplit: Unsplit, key: str, rows: int, dtype: torch.dtype | None, meta: bool) -> torch.Tensor:
+    tensor = unsplit.get(key, meta)
+    if key in (EMBEDDING, OUTPUT):
+        tensor = fit_vocab(tensor, rows)
+    return tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor
+
+
+def _local(key: str, offset: int) -> str:
+    found = split_layer_key(key)
+    return f"decoder.layers.{found[0] - offset}.{found[1]}" if found else key
+
+
+def write_megatron(unsplit: Unsplit, target: ModelConfig, root: Path, iteration, tp: int, layer_counts: list[int],
+                   dtype: torch.dtype | None, base_args: argparse.Namespace | None, meta: bool,
+                   progress: Progress | None = None) -> Totals:
+    """``root/iter_*/mp_rank_*/model_optim_rng.pt`` for every (TP, PP) rank; returns counts."""
+    pp, totals = len(layer_counts), Totals()
+    padded = target.padded_vocab_size(tp)
+    first_dtype = dtype or unsplit.get(EMBEDDING, meta=True).dtype
+    args = checkpoint_args(target, tp, pp, layer_counts, first_dtype, base_args)
+    iteration_number = 0 if iteration == "release" else int(iteration)
+    offset = 0
+    for stage, count in enumerate(layer_counts):
+        writers = [] if meta else [StreamingTorchWriter(_rank_file(root, iteration, t, stage, pp)) for t in range(tp)]
+        states: list[dict] = [{} for _ in range(tp)]
+        layer = None
+        for key in stage_keys(target, offset, count, stage == 0, stage == pp - 1):
+            local = _local(key, offset)
+            found = split_layer_key(key)
+            if progress and found and layer is not None and found[0] != layer:
+                progress.update(1, f"layer {layer}")
+            layer = found[0] if found else layer
+            if is_extra_state(key):
+                for state in states:
+                    state[local] = None
+                continue
+            tensor = _prepare(unsplit, key, padded, dtype, meta)
+            for t, shard in enumerate(split(tensor, split_kind(key, target), tp, key)):
+                states[t][local] = shard if meta else writers[t].add(shard)
+                totals.tensors += 1
+                totals.bytes += shard.numel() * shard.element_size()
+        if progress and layer is not None and count:
+            progress.update(1, f"layer {layer}")
+        for t, writer in enumerate(writers):
+            writer.close({"model": states[t], "args": args, "checkpoint_version": CHECKPOINT_VERSION,
+                          "iteration": iteration_number})
+        offset += count
+    return totals
+
+
+def _rank_file(root: Path, iteration, tp_rank: int, pp_rank: int, pp: int) -> Path:
+    path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_hf(unsplit: Unsplit, target: ModelConfig, family: Family, directory: Path, dtype: torch.dtype | None,
+             max_shard_bytes: int, meta: bool, plan: list | None = None, progress: Progress | None = None) -> Totals:
+    """Safetensors shards and their index; ``plan`` is the meta pass's ``Totals.hf_plan``."""
+    totals = Totals()
+    rows = family.rows_for(target)
+    writer = None if meta else SafetensorsWriter(directory, plan, max_shard_bytes)
+    layer = None
+    for key in model_keys(target):
+        if is_extra_state(key) or (key == OUTPUT and not target.untieEmbeddingsAndOutputWeights):
+            continue
+        found = split_layer_key(key)
+        if progress and found and layer is not None and found[0] != layer:
+            progress.update(1, f"layer {layer}")
+        layer = found[0] if found else layer
+        rule, _, names = rows[key]
+        tensor = _prepare(unsplit, key, target.vocabSize, dtype, meta)
+        for name, part in zip(names, to_hf(rule, tensor, target)):
+            if meta:
+                totals.hf_plan.append((name, part.dtype, tuple(part.shape)))
+            else:
+                writer.add(name, part)
+            totals.tensors += 1
+            totals.bytes += part.numel() * part.element_size()
+    if progress and layer is not None:
+        progress.update(1, f"layer {layer}")
+    if writer:
+        writer.close()
+    return totals
