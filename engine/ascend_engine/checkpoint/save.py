@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,11 +33,12 @@ def atomic_torch_save(obj, path: Path) -> None:
 
 
 def save_checkpoint(root: str | os.PathLike, iteration: int, state: dict | None, tp_rank: int, pp_rank: int,
-                    pp: int, is_rank0: bool) -> Path:
+                    pp: int, is_rank0: bool, write_collective: Callable[[Path], None] | None = None) -> Path:
     """Collective: every rank calls it; ranks with a ``state`` (one per model-parallel rank) write it.
 
     ``state`` is the file dict (model, args, optimizer, ...); ``checkpoint_version`` and ``iteration`` are added.
-    Returns the final iteration folder.
+    ``write_collective(rank_dir)`` runs on every rank into the staging folder (the distributed optimizer
+    gathers its shards there). Returns the final iteration folder.
     """
     root = Path(root)
     final = iteration_dir(root, iteration)
@@ -46,9 +48,11 @@ def save_checkpoint(root: str | os.PathLike, iteration: int, state: dict | None,
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     _barrier()
+    rank_dir = staging / rank_dir_name(tp_rank, pp_rank, pp)
+    rank_dir.mkdir(exist_ok=True)
+    if write_collective is not None:
+        write_collective(rank_dir)
     if state is not None:
-        rank_dir = staging / rank_dir_name(tp_rank, pp_rank, pp)
-        rank_dir.mkdir(exist_ok=True)
         atomic_torch_save({**state, "checkpoint_version": CHECKPOINT_VERSION, "iteration": iteration},
                           rank_dir / MODEL_FILE)
     _barrier()

@@ -118,6 +118,8 @@ class TrainingConfig(EngineModel):
     """Tokens per sample."""
     trainIters: Annotated[PositiveInt, Flag("--train-iters")] = 10
     """Optimizer steps to run."""
+    exitInterval: Annotated[PositiveInt | None, Flag("--exit-interval")] = None
+    """Stop after an iteration that is a multiple of this (saving first when checkpoint.save is set)."""
     seed: Annotated[int, Flag("--seed")] = 1234
     """Random seed for weights, data order and dropout."""
     precision: Annotated[Literal["fp32", "bf16", "fp16"], Flag("--precision")] = "fp32"
@@ -226,6 +228,11 @@ class TrainConfig(EngineModel):
         if t.globalBatchSize % t.microBatchSize:
             raise ValueError(f"training.globalBatchSize ({t.globalBatchSize}) must be a multiple of "
                              f"training.microBatchSize ({t.microBatchSize})")
+        o = self.optimizer
+        warmup = int(o.lrWarmupFraction * t.trainIters) if o.lrWarmupFraction is not None else o.lrWarmupIters
+        if warmup >= t.trainIters:
+            raise ValueError(f"optimizer warm-up ({warmup} iterations) must be shorter than "
+                             f"training.trainIters ({t.trainIters})")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         return self

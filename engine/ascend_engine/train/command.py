@@ -34,10 +34,15 @@ def load_config(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
+    from ..checkpoint.training import CheckpointMismatch
     from ..device import select_backend
     from .loop import train
 
-    result = train(cfg, select_backend(cfg.device))
+    try:
+        result = train(cfg, select_backend(cfg.device))
+    except CheckpointMismatch as e:
+        print(f"ascend-engine train: cannot load checkpoint: {e}", file=sys.stderr)
+        return 2
     if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
         print("ascend-engine train: training produced no finite loss", file=sys.stderr)
         return 1

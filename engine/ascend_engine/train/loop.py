@@ -75,6 +75,13 @@ class Trainer:
         self.consumed = 0
         self.last_checkpoint: int | None = None
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
+        if cfg.checkpoint.load:
+            from ..checkpoint.training import load_training_checkpoint
+
+            loaded = load_training_checkpoint(self)
+            if loaded is not None and self.info.rank == 0:
+                print(f"loaded checkpoint {cfg.checkpoint.load} at iteration {loaded}"
+                      f"{' (finetune: weights only)' if cfg.checkpoint.finetune else ''}", flush=True)
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
             self.metrics = Metrics()
@@ -161,6 +168,8 @@ class Trainer:
             interval = cfg.checkpoint.saveInterval
             if cfg.checkpoint.save and interval and self.iteration % interval == 0 and self.iteration < t.trainIters:
                 checkpoint = self.save()
+            if t.exitInterval and self.iteration % t.exitInterval == 0:
+                break
         if cfg.checkpoint.save and self.last_checkpoint != self.iteration:
             checkpoint = self.save()
         elif cfg.checkpoint.save:
