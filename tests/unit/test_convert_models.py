@@ -36,12 +36,12 @@ def write_tokenizer(directory: Path, vocab_size: int) -> None:
     tok.save(str(directory / "tokenizer.json"))
 
 
-def make_hf_model(family: str, directory: Path, seed: int = 0, dtype=torch.float32):
+def make_hf_model(family: str, directory: Path, seed: int = 0, dtype=torch.float32, **overrides):
     """Save a random model of ``family`` with save_pretrained; every weight (norms and biases too) is random,
     so a misplaced tensor cannot go unnoticed."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kwargs = dict(FAMILY_CONFIGS[family])
+    kwargs = {**FAMILY_CONFIGS[family], **overrides}
     config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)

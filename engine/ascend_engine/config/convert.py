@@ -64,7 +64,8 @@ class ConvertConfig(EngineModel):
         if isinstance(value, str):
             value = [value]
         if isinstance(value, list):
-            return [p.strip() for v in value for p in (v.split(",") if isinstance(v, str) else [v]) if p != ""]
+            return [p.strip() if isinstance(p, str) else p
+                    for v in value for p in (v.split(",") if isinstance(v, str) else [v]) if p != ""]
         return value
 
     @model_validator(mode="after")
