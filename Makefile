@@ -26,8 +26,13 @@ test: venv
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not engine and not e2e"
 
+# Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
+# rules, and the CRD reference in docs/.
 crds: venv
 	$(BIN)/python -m ascend_operator.api.crdgen --write crds/
+	$(BIN)/python -m ascend_operator.api.crdgen --write charts/ascend-train-operator/crds/
+	$(BIN)/python charts/rbac_rules.py
+	$(BIN)/python docs/crd_reference.py
 
 e2e-kind:
 	bash tests/cluster/e2e-kind.sh

@@ -1,0 +1,200 @@
+"""The Helm chart, rendered through Helm's Go SDK (helm-python-sdk): every object parses into the Kubernetes
+client's models, the values schema rejects bad values with a message, the CRDs are the generated ones, and the
+Deployment's arguments are ones the operator's own CLI accepts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import helm_python as helm
+import pytest
+import yaml
+from kubernetes import client
+
+from ascend_operator.api.crdgen import render_all
+from ascend_operator.api.group import LABEL_JOB_NAME, LABEL_REPLICA_INDEX
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "ascend-train-operator"
+
+NAMESPACED = {"watch": {"clusterWide": False, "namespaces": ["team-a", "team-b"]}}
+HA = {"replicas": 3, "peering": {"enabled": True, "name": "ato-ha"}}
+MONITORS = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                        "podMonitor": {"enabled": True, "port": 9500}}}
+CUSTOM = {"image": {"repository": "registry.example/ato", "tag": "1.2.3", "pullPolicy": "Always"},
+          "imagePullSecrets": [{"name": "regcred"}], "extraEnv": [{"name": "TZ", "value": "UTC"}],
+          "nodeSelector": {"kubernetes.io/arch": "arm64"}, "tolerations": [{"operator": "Exists"}],
+          "progressInterval": 2.5, "verbose": True, "serviceAccount": {"create": False, "name": "existing"}}
+VARIANTS = {"defaults": {}, "namespaced": NAMESPACED, "ha": HA, "ha-namespaced": {**HA, **NAMESPACED},
+            "monitors": MONITORS, "custom": CUSTOM}
+
+# Kinds the Kubernetes client has models for; the others are checked by hand below.
+MODELS = {"Deployment": "V1Deployment", "Service": "V1Service", "ServiceAccount": "V1ServiceAccount",
+          "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding", "Role": "V1Role",
+          "RoleBinding": "V1RoleBinding"}
+
+
+@pytest.fixture(scope="module")
+def chart():
+    with helm.Chart.load(CHART) as c:
+        yield c
+
+
+def render(chart, values: dict) -> list[dict]:
+    out = chart.render(values, name="ato", namespace="ops")
+    docs = []
+    for path, text in out.items():
+        if not path.endswith(".yaml"):
+            continue  # NOTES.txt
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _drop_nulls(node):
+    if isinstance(node, dict):
+        return {k: _drop_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [_drop_nulls(v) for v in node]
+    return node
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_object_parses_into_the_kubernetes_models(chart, variant):
+    api = client.ApiClient()
+    docs = render(chart, VARIANTS[variant])
+    assert by_kind(docs, "Deployment"), "no Deployment rendered"
+    for doc in docs:
+        assert doc["apiVersion"] and doc["metadata"]["name"], doc
+        model = MODELS.get(doc["kind"])
+        if model is None:
+            assert doc["kind"] in {"ServiceMonitor", "PodMonitor", "ClusterKopfPeering", "KopfPeering"}, doc["kind"]
+            continue
+        # Deserialising drops keys the model does not know: a misspelt field makes the round trip differ.
+        obj = api._ApiClient__deserialize(doc, model)
+        assert _drop_nulls(api.sanitize_for_serialization(obj)) == _drop_nulls(doc), doc["kind"]
+
+
+def _operator_container(docs):
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container
+
+
+def _kopf_run_kwargs(monkeypatch, args: list[str]) -> dict:
+    """What `ascend-operator <args>` would hand to kopf.run (kopf itself is not started)."""
+    import kopf
+
+    from ascend_operator import main as operator_main
+
+    seen: dict = {}
+    monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
+    assert operator_main.main(args) == 0
+    return seen
+
+
+def test_default_install_watches_the_cluster_alone_and_locked_down(chart, monkeypatch):
+    deployment, container = _operator_container(render(chart, {}))
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert container["image"] == f"ascend-train/operator:{chart.metadata['appVersion']}"
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["resources"]["requests"]["cpu"] == "100m"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ASCEND_OPERATOR_PROGRESS_INTERVAL"] == "5"
+    kw = _kopf_run_kwargs(monkeypatch, container["args"])
+    assert kw["clusterwide"] is True and kw["standalone"] is True and kw["peering_name"] is None
+    assert kw["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_ha_namespaced_install_peers_in_each_watched_namespace(chart, monkeypatch):
+    docs = render(chart, {**HA, **NAMESPACED})
+    deployment, container = _operator_container(docs)
+    assert deployment["spec"]["replicas"] == 3 and "strategy" not in deployment["spec"]
+    kw = _kopf_run_kwargs(monkeypatch, container["args"])
+    assert kw["clusterwide"] is False and kw["namespaces"] == ["team-a", "team-b"]
+    assert kw["peering_name"] == "ato-ha" and kw["standalone"] is False
+    peerings = by_kind(docs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert {p["metadata"]["name"] for p in peerings} == {"ato-ha"}
+    assert not by_kind(docs, "ClusterKopfPeering")
+    assert {e["name"]: e for e in container["env"]}["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.name"
+
+
+def test_ha_cluster_wide_install_has_one_cluster_peering(chart):
+    docs = render(chart, HA)
+    assert [p["metadata"]["name"] for p in by_kind(docs, "ClusterKopfPeering")] == ["ato-ha"]
+
+
+def test_custom_values_reach_the_pod(chart, monkeypatch):
+    docs = render(chart, CUSTOM)
+    deployment, container = _operator_container(docs)
+    pod = deployment["spec"]["template"]["spec"]
+    assert container["image"] == "registry.example/ato:1.2.3" and container["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["serviceAccountName"] == "existing"
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TZ"] == "UTC" and env["ASCEND_OPERATOR_PROGRESS_INTERVAL"] == "2.5"
+    assert not by_kind(docs, "ServiceAccount")
+    assert "--verbose" in container["args"]
+
+
+def test_metrics_service_and_monitors(chart):
+    docs = render(chart, MONITORS)
+    (service,) = by_kind(docs, "Service")
+    _, container = _operator_container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics" and "metrics" in ports
+    assert service["spec"]["selector"].items() <= \
+        by_kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"].items()
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    (pod_monitor,) = by_kind(docs, "PodMonitor")
+    selector = pod_monitor["spec"]["selector"]
+    # The labels the operator puts on the pods it creates, rank 0 only.
+    assert selector["matchLabels"] == {LABEL_REPLICA_INDEX: "0"}
+    assert selector["matchExpressions"][0]["key"] == LABEL_JOB_NAME
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == "$1:9500"
+    assert not by_kind(render(chart, {}), "ServiceMonitor")
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"replicas": 0}, "/replicas"),
+    ({"replicas": 2}, "/peering/enabled"),
+    ({"watch": {"clusterWide": False}}, "/watch/namespaces"),
+    ({"watch": {"clusterWide": False, "namespaces": ["Team_A"]}}, "/watch/namespaces/0"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}, "/metrics/enabled"),
+    ({"metrics": {"port": 70000}}, "/metrics/port"),
+    ({"progressInterval": 0}, "/progressInterval"),
+    ({"replica": 2}, "'replica' not allowed"),
+])
+def test_schema_rejects_bad_values_with_a_message(chart, values, message):
+    with pytest.raises(helm.HelmValuesError) as err:
+        chart.render(values, name="ato", namespace="ops")
+    assert message in str(err.value)
+
+
+def test_chart_crds_are_the_generated_ones(chart):
+    carried = {c["filename"].rsplit("/", 1)[-1]: c["data"] for c in chart.crds}
+    generated = render_all()
+    for name, text in generated.items():
+        assert carried.get(name) == text, f"charts/.../crds/{name} drifted: run `make crds`"
+    committed = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
+    assert committed == generated
+    # Besides ours, only kopf's peering CRDs (HA replicas need them before the peering objects exist).
+    assert set(carried) - set(generated) == {"kopf-peerings.yaml"}
+    kinds = {d["spec"]["names"]["kind"] for d in yaml.safe_load_all(carried["kopf-peerings.yaml"])}
+    assert kinds == {"ClusterKopfPeering", "KopfPeering"}
+
+
+def test_helm_lint_finds_no_errors():
+    report = helm.lint(CHART, strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report.get("errors", [])
+    assert not problems, problems
