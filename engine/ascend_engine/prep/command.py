@@ -14,7 +14,7 @@ from typing import Iterator, TextIO
 
 from ..config.loader import add_flags, build_config
 from ..config.prep import PrepConfig
-from ..telemetry import Progress
+from ..telemetry import Progress, report_result
 from .encode import Chunk, ChunkProcessor, output_keys
 from .indexed import IndexedDatasetWriter
 from .readers import Source, describe, list_sources, read_source, total_bytes
@@ -77,7 +77,8 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
     keys = output_keys(cfg)
     errors = ErrorLog(cfg.maxReportedErrors)
     stats = {"read": 0, "written": 0, "skipped": 0, "truncated": 0, "tokens": 0, "padding": 0}
-    progress = Progress("preprocess", unit="records", interval_s=0.0, stream=stream)
+    # Lines are printed here every logInterval records; Progress only keeps the figures (and the metrics).
+    progress = Progress("preprocess", unit="records", interval_s=float("inf"), stream=stream)
     next_log = cfg.logInterval
     writers = {key: IndexedDatasetWriter(f"{cfg.outputPrefix}_{key}_document", processor.dtype) for key in keys}
     committed = False
@@ -88,6 +89,8 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                 for s, line, message in result.errors:
                     errors.add(sources[s].where(line), message)
                 if result.errors and cfg.onError == "fail":
+                    report_result({"status": "Failed", "reason": "BadRecords", "errors": {
+                        "count": errors.count, "listed": errors.listed[:5]}})
                     stream.write(f"ascend-engine preprocess: bad records (onError=fail), no output written:\n"
                                  + "\n".join(errors.lines()) + "\n"
                                  "  (fix them, or pass --on-error skip to leave them out)\n")
@@ -99,14 +102,13 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                 stats["skipped"] += len(result.errors)
                 if inputs.bytes_done:
                     progress.total = max(stats["read"], round(stats["read"] * size / inputs.bytes_done))
-                delta = stats["read"] - progress.done
+                progress.update(stats["read"] - progress.done)
                 if stats["read"] >= next_log:
                     next_log = (stats["read"] // cfg.logInterval + 1) * cfg.logInterval
                     elapsed = max(progress.elapsed, 1e-9)
-                    progress.update(delta, f"{_human(stats['tokens'] / elapsed)} tokens/s, "
-                                           f"{inputs.bytes_done / elapsed / 1e6:.1f} MB/s")
-                else:
-                    progress.done += delta
+                    stream.write(progress.line(f"{_human(stats['tokens'] / elapsed)} tokens/s, "
+                                               f"{inputs.bytes_done / elapsed / 1e6:.1f} MB/s") + "\n")
+                    stream.flush()
         for writer in writers.values():
             writer.finish()
         manifest = manifest_path(cfg.outputPrefix)
@@ -136,6 +138,10 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
         "workers": cfg.workers,
         "config": cfg.to_yaml_dict(),
     })
+    report_result({"status": "Succeeded", "outputPrefix": cfg.outputPrefix, "manifest": manifest,
+                   "datasets": [o["prefix"] for o in outputs], "dtype": processor.dtype.__name__,
+                   "records": {k: stats[k] for k in ("read", "written", "skipped", "truncated")},
+                   "sequences": outputs[0]["sequences"] if outputs else 0, "tokens": stats["tokens"]})
     if errors.count:
         stream.write(f"skipped {errors.count} bad record(s):\n" + "\n".join(errors.lines()) + "\n")
     progress.summary(
