@@ -220,6 +220,15 @@ class LocalKubernetesApi(KubernetesEmulator):
             except yaml.YAMLError as exc:
                 raise ApiError(400, "BadRequest", f"the request body is neither JSON nor YAML: {exc}") from None
 
+    async def _delete_options(self, raw: aiohttp.web.BaseRequest) -> dict[str, Any]:
+        """DeleteOptions from the body, with the query parameters clients may send instead."""
+        options = dict(await self._body(raw) or {})
+        if "gracePeriodSeconds" in raw.query:
+            options["gracePeriodSeconds"] = int(raw.query["gracePeriodSeconds"])
+        if "propagationPolicy" in raw.query:
+            options["propagationPolicy"] = raw.query["propagationPolicy"]
+        return options
+
     async def _dispatch(self, raw: aiohttp.web.BaseRequest, target: Target) -> aiohttp.web.StreamResponse:
         rt, method, query = self._type(target), raw.method.upper(), raw.query
         ns = target.namespace
@@ -232,7 +241,8 @@ class LocalKubernetesApi(KubernetesEmulator):
             if method == "POST":
                 return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
             if method == "DELETE":
-                return aiohttp.web.json_response(self._delete_collection(rt, ns, query, await self._body(raw)))
+                options = await self._delete_options(raw)
+                return aiohttp.web.json_response(self._delete_collection(rt, ns, query, options))
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
         if rt.namespaced and ns is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -253,7 +263,7 @@ class LocalKubernetesApi(KubernetesEmulator):
             body = await self._body(raw)
             return aiohttp.web.json_response(self._patch(rt, key, body, raw.content_type, sub))
         if method == "DELETE":
-            return aiohttp.web.json_response(self._delete(rt, key, await self._body(raw) or {}))
+            return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw)))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}")
 
     # -- reads -----------------------------------------------------------------------------------
@@ -519,9 +529,9 @@ class LocalKubernetesApi(KubernetesEmulator):
             else:
                 self._delete_object(rt, key, None, orphan=False)
 
-    def _delete_collection(self, rt: ResourceType, ns: str | None, query: Any, options: Any) -> dict[str, Any]:
+    def _delete_collection(self, rt: ResourceType, ns: str | None, query: Any,
+                           options: dict[str, Any]) -> dict[str, Any]:
         listed = self._list(rt, ns, query)
-        options = options or {}
         orphan = options.get("propagationPolicy") == "Orphan"
         for obj in listed["items"]:
             key = (rt.key, obj["metadata"].get("namespace"), obj["metadata"]["name"])

@@ -1,0 +1,241 @@
+"""How a pod's container turns into a local process: env, ``$(VAR)`` expansion, volumes, paths and pod DNS.
+
+There is no container and no mount namespace, so paths are translated instead of mounted: any container path
+under a volumeMount's mountPath that appears in command, args, env values, workingDir or a projected
+ConfigMap/Secret file is rewritten to the host directory that backs the volume. Pod DNS names
+(``<hostname>.<subdomain>.<namespace>.svc[.cluster.local]``) are rewritten to the pod's loopback IP the same way.
+These two rewrites are the runner's differences from a kubelet; a program that builds such a path or name at
+run time from pieces will not see them translated.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_POD_DNS = re.compile(r"\b([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\."
+                      r"([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\b")
+_FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+class PodSetupError(Exception):
+    """The pod cannot start (a missing ConfigMap key, an unknown volume); reported as CreateContainerConfigError."""
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: defined names are replaced, unknown ones stay, ``$$`` escapes."""
+    def replace(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(replace, text)
+
+
+class IpAllocator:
+    """One loopback IP per pod (127.0.1.1, 127.0.1.2, ...), stable, allocated on first use or first mention.
+
+    A pod is known by ``(namespace, hostname, subdomain)`` when it sets them, else by ``(namespace, name, "")``,
+    so a worker that names ``job-0.job.ns.svc`` gets the IP that pod ``job-0`` will bind later.
+    """
+
+    def __init__(self) -> None:
+        self._ips: dict[tuple[str, str, str], str] = {}
+
+    def ip(self, key: tuple[str, str, str]) -> str:
+        if key not in self._ips:
+            n = len(self._ips) + 1
+            if n > 254 * 255:
+                raise RuntimeError("out of loopback addresses")
+            self._ips[key] = f"127.0.{1 + (n - 1) // 254}.{1 + (n - 1) % 254}"
+        return self._ips[key]
+
+    @staticmethod
+    def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if spec.get("hostname") and spec.get("subdomain"):
+            return meta["namespace"], spec["hostname"], spec["subdomain"]
+        return meta["namespace"], meta["name"], ""
+
+    def map_dns(self, text: str) -> str:
+        """Replace pod DNS names with their IPs."""
+        return _POD_DNS.sub(lambda m: self.ip((m.group(5), m.group(1), m.group(3))), text)
+
+
+@dataclass
+class ContainerLaunch:
+    """Everything needed to start the process for a pod's first container."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    mounts: dict[str, Path] = field(default_factory=dict)  # container mountPath -> host path
+
+
+def host_base_env() -> dict[str, str]:
+    """The "image" environment: the host's, with the venv's bin first on PATH, minus the host's kubeconfig."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bindir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir])
+    return env
+
+
+class PathTranslator:
+    """Rewrites container paths under mountPaths (longest first) to host paths."""
+
+    def __init__(self, mounts: Mapping[str, Path]):
+        ordered = sorted(mounts.items(), key=lambda kv: len(kv[0]), reverse=True)
+        self._rules = [(re.compile(r"(?<![\w.-])" + re.escape(m.rstrip("/") or "/") + r"(?=/|$|[^\w.-])"), str(h))
+                       for m, h in ordered]
+
+    def __call__(self, text: str) -> str:
+        for pattern, host in self._rules:
+            text = pattern.sub(lambda _m, host=host: host, text)
+        return text
+
+
+Lookup = Callable[[str, str, str], dict[str, Any] | None]  # (kind "configmaps"/"secrets", namespace, name) -> obj
+
+
+def _object_data(obj: dict[str, Any], kind: str) -> dict[str, str]:
+    if kind == "secrets":
+        return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+    return dict(obj.get("data") or {})
+
+
+def _key_ref(ref: dict[str, Any], kind: str, namespace: str, lookup: Lookup) -> str | None:
+    obj = lookup(kind, namespace, ref.get("name", ""))
+    data = _object_data(obj, kind) if obj else None
+    if data is None or ref.get("key") not in data:
+        if ref.get("optional"):
+            return None
+        what = "configmap" if kind == "configmaps" else "secret"
+        raise PodSetupError(f'{what} "{ref.get("name")}" or its key "{ref.get("key")}" not found')
+    return data[ref["key"]]
+
+
+def _field_ref(pod: dict[str, Any], path: str) -> str:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    if m := _FIELD_LABEL.match(path):
+        return (meta.get(m.group(1)) or {}).get(m.group(2), "")
+    simple = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace"),
+              "metadata.uid": meta.get("uid"), "spec.nodeName": spec.get("nodeName"),
+              "spec.serviceAccountName": spec.get("serviceAccountName"),
+              "status.podIP": status.get("podIP"), "status.hostIP": status.get("hostIP")}
+    if path not in simple:
+        raise PodSetupError(f"unsupported fieldRef {path!r}")
+    return simple[path] or ""
+
+
+def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
+                    translate_text: Callable[[str], str]) -> dict[str, Path]:
+    """Create the host directories behind the pod's volumes; returns mountPath -> host path for its container."""
+    namespace = pod["metadata"]["namespace"]
+    spec = pod.get("spec") or {}
+    volumes: dict[str, Path] = {}
+    projected: dict[str, dict[str, str]] = {}
+    for volume in spec.get("volumes") or []:
+        name = volume["name"]
+        if "emptyDir" in volume:
+            volumes[name] = pod_dir / "volumes" / name
+        elif "persistentVolumeClaim" in volume:  # like a local-path provisioner: one directory per claim
+            volumes[name] = cluster_root / "pvc" / namespace / volume["persistentVolumeClaim"]["claimName"]
+        elif "hostPath" in volume:
+            volumes[name] = Path(volume["hostPath"]["path"])
+        elif "configMap" in volume or "secret" in volume:
+            kind = "configmaps" if "configMap" in volume else "secrets"
+            source = volume.get("configMap") or volume.get("secret") or {}
+            obj_name = source.get("name") or source.get("secretName", "")
+            obj = lookup(kind, namespace, obj_name)
+            if obj is None:
+                if source.get("optional"):
+                    obj = {}
+                else:
+                    what = "configmap" if kind == "configmaps" else "secret"
+                    raise PodSetupError(f'{what} "{obj_name}" not found (volume "{name}")')
+            data = _object_data(obj, kind)
+            items = source.get("items")
+            projected[name] = ({item["path"]: data[item["key"]] for item in items if item["key"] in data}
+                               if items else data)
+            volumes[name] = pod_dir / "volumes" / name
+        else:
+            # Differs from a kubelet: other volume types (projected, downwardAPI, csi, nfs...) are not emulated.
+            raise PodSetupError(f'volume "{name}": only emptyDir, configMap, secret, persistentVolumeClaim '
+                                "and hostPath are supported by the local runner")
+    for path in volumes.values():
+        path.mkdir(parents=True, exist_ok=True)
+    container = (spec.get("containers") or [{}])[0]
+    mounts: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        if mount["name"] not in volumes:
+            raise PodSetupError(f'volumeMount "{mount["name"]}" names no volume of the pod')
+        host = volumes[mount["name"]] / mount["subPath"] if mount.get("subPath") else volumes[mount["name"]]
+        mounts[mount["mountPath"]] = host
+    # Projected files are written after all mounts are known, so paths inside them translate too.
+    translate = PathTranslator(mounts)
+    for name, files in projected.items():
+        for rel, content in files.items():
+            target = volumes[name] / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(translate_text(translate(content)))
+            tmp.replace(target)
+    return mounts
+
+
+def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
+                     ips: IpAllocator) -> ContainerLaunch:
+    """The argv, env and cwd of the pod's first container, with all the rewrites applied."""
+    namespace = pod["metadata"]["namespace"]
+    container = (pod.get("spec") or {}).get("containers", [{}])[0]
+    mounts = prepare_volumes(pod, pod_dir, cluster_root, lookup, ips.map_dns)
+    translate = PathTranslator(mounts)
+
+    def rewrite(text: str) -> str:
+        return ips.map_dns(translate(text))
+
+    env = host_base_env()
+    env["HOSTNAME"] = (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"]
+    defined: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        kind = "configmaps" if "configMapRef" in source else "secrets"
+        ref = source.get("configMapRef") or source.get("secretRef") or {}
+        obj = lookup(kind, namespace, ref.get("name", ""))
+        if obj is None and not ref.get("optional"):
+            raise PodSetupError(f'{kind[:-1]} "{ref.get("name")}" not found (envFrom)')
+        for k, v in (_object_data(obj, kind) if obj else {}).items():
+            defined[source.get("prefix", "") + k] = rewrite(v)
+    for item in container.get("env") or []:
+        if "valueFrom" in item:
+            src = item["valueFrom"]
+            if "fieldRef" in src:
+                value: str | None = _field_ref(pod, src["fieldRef"]["fieldPath"])
+            elif "configMapKeyRef" in src:
+                value = _key_ref(src["configMapKeyRef"], "configmaps", namespace, lookup)
+            elif "secretKeyRef" in src:
+                value = _key_ref(src["secretKeyRef"], "secrets", namespace, lookup)
+            else:
+                # resourceFieldRef (limits/requests) is not emulated: there are no cgroup limits locally.
+                continue
+            if value is None:
+                continue
+        else:
+            value = expand(item.get("value", ""), defined)
+        defined[item["name"]] = rewrite(value)
+    env.update(defined)
+    if not container.get("command"):
+        raise PodSetupError("the container has no command: images' entrypoints cannot be known locally")
+    command = [expand(a, defined) for a in container["command"] + (container.get("args") or [])]
+    argv = [rewrite(a) for a in command]
+    workdir = container.get("workingDir")
+    cwd = Path(rewrite(workdir)) if workdir else pod_dir / "rootfs"
+    if workdir and not cwd.exists() and workdir == str(cwd):
+        cwd = pod_dir / "rootfs" / workdir.lstrip("/")  # a path inside the "image": created per pod
+    cwd.mkdir(parents=True, exist_ok=True)
+    return ContainerLaunch(argv, env, cwd, mounts)

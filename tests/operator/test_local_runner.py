@@ -1,0 +1,143 @@
+"""The local pod runner: tiny `python -c` pods whose output and status show what a kubelet would do."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from ascend_operator.local.runner import PodRunner, read_logs
+
+
+@pytest.fixture
+def cluster_root(tmp_path: Path) -> Path:
+    return tmp_path / "cluster"
+
+
+@pytest.fixture
+def runner(local_api, tmp_path: Path, cluster_root: Path):
+    with PodRunner(tmp_path / "kubeconfig", cluster_root, capacity={"huawei.com/Ascend910": 2},
+                   poll_interval=0.1) as pod_runner:
+        yield pod_runner
+
+
+@pytest.fixture
+def core(api_client) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+def python_pod(name: str, code: str, restart: str = "Never", **spec) -> dict:
+    container = {"name": "main", "image": "ignored:latest", "command": ["python", "-c", code]}
+    container.update(spec.pop("container", {}))
+    return {"metadata": {"name": name, "labels": {"app": "demo"}},
+            "spec": {"restartPolicy": restart, "containers": [container], **spec}}
+
+
+def wait_for(read, predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = read()
+        if predicate(obj):
+            return obj
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; last state: {obj}")
+        time.sleep(0.1)
+
+
+def pod_phase(core, name):
+    return lambda: core.read_namespaced_pod(name, "default")
+
+
+def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {
+        "conf.txt": "data=/data/train.bin master=job-0.job.default.svc.cluster.local", "mode": "fast"}})
+    core.create_namespaced_secret("default", {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
+    code = (
+        "import os; e = os.environ; print('MASTER', e['MASTER_ADDR']); print('NAME', e['POD_NAME'], e['APP']);"
+        "print('IP', e['POD_IP']); print('MODE', e['MODE'], e['TOKEN'], e['GREETING']);"
+        "print('CONF', open('/etc/cfg/conf.txt').read()); print('DATA', e['DATA_DIR']);"
+        "open(os.path.join(e['DATA_DIR'], 'out.txt'), 'w').write('written'); print('CWD', os.getcwd())"
+    )
+    pod = python_pod("job-1", code, hostname="job-1", subdomain="job", volumes=[
+        {"name": "cfg", "configMap": {"name": "cfg"}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}},
+    ], container={
+        "workingDir": "/data",
+        "env": [
+            {"name": "MASTER_ADDR", "value": "job-0.job.default.svc"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "token"}}},
+            {"name": "GREETING", "value": "hello-$(POD_NAME)-$(UNDEFINED)"},
+            {"name": "DATA_DIR", "value": "/data"},
+        ],
+        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "data", "mountPath": "/data"}],
+    })
+    core.create_namespaced_pod("default", pod)
+    # The master is named before it exists; its pod gets the same address when it starts.
+    core.create_namespaced_pod("default", python_pod("job-0", "print('master')", hostname="job-0", subdomain="job"))
+    done = wait_for(pod_phase(core, "job-1"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    master = wait_for(pod_phase(core, "job-0"), lambda p: p.status.phase == "Succeeded")
+    out = read_logs(cluster_root, "default", "job-1")
+    assert done.status.phase == "Succeeded", out
+    pvc_dir = cluster_root / "pvc" / "default" / "datasets"
+    assert f"MASTER {master.status.pod_ip}" in out and master.status.pod_ip.startswith("127.0.1.")
+    assert done.status.pod_ip != master.status.pod_ip and f"IP {done.status.pod_ip}" in out
+    assert "NAME job-1 demo" in out and "MODE fast s3cret hello-job-1-$(UNDEFINED)" in out
+    assert f"CONF data={pvc_dir}/train.bin master={master.status.pod_ip}" in out
+    assert f"CWD {pvc_dir}" in out and (pvc_dir / "out.txt").read_text() == "written"
+    terminated = done.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 0 and terminated.reason == "Completed"
+    assert done.spec.node_name == "local" and done.status.start_time is not None
+
+
+def test_failure_exit_code_and_on_failure_restarts(runner, core, cluster_root: Path):
+    core.create_namespaced_pod("default", python_pod("fails", "import sys; print('bye'); sys.exit(3)"))
+    counter = "import os, sys; p = '/work/count'; n = len(open(p).read()) if os.path.exists(p) else 0;" \
+              "open(p, 'a').write('x'); print('attempt', n); sys.exit(0 if n >= 2 else 1)"
+    core.create_namespaced_pod("default", python_pod(
+        "flaky", counter, restart="OnFailure", volumes=[{"name": "work", "emptyDir": {}}],
+        container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]}))
+    failed = wait_for(pod_phase(core, "fails"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    assert failed.status.phase == "Failed"
+    terminated = failed.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+    assert read_logs(cluster_root, "default", "fails") == "bye\n"
+    flaky = wait_for(pod_phase(core, "flaky"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    assert flaky.status.phase == "Succeeded"
+    assert flaky.status.container_statuses[0].restart_count == 2
+    assert flaky.status.container_statuses[0].last_state.terminated.exit_code == 1
+    assert read_logs(cluster_root, "default", "flaky").splitlines() == ["attempt 0", "attempt 1", "attempt 2"]
+
+
+def test_unschedulable_device_request_stays_pending(runner, core):
+    pod = python_pod("greedy", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "4"}}})
+    core.create_namespaced_pod("default", pod)
+    pending = wait_for(pod_phase(core, "greedy"), lambda p: p.status.conditions)
+    condition = pending.status.conditions[0]
+    assert pending.status.phase == "Pending" and pending.spec.node_name is None
+    assert (condition.type, condition.status, condition.reason) == ("PodScheduled", "False", "Unschedulable")
+    assert condition.message == "0/1 nodes are available: 1 Insufficient huawei.com/Ascend910."
+    fits = python_pod("fits", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "2"}}})
+    core.create_namespaced_pod("default", fits)
+    assert wait_for(pod_phase(core, "fits"), lambda p: p.status.phase == "Succeeded")
+
+
+def test_deletion_terminates_the_process_group(runner, core, cluster_root: Path):
+    code = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), " \
+           "sys.exit(0))); print('up', flush=True); time.sleep(600)"
+    core.create_namespaced_pod("default", python_pod("sleeper", code, terminationGracePeriodSeconds=30))
+    running = wait_for(pod_phase(core, "sleeper"), lambda p: p.status.phase == "Running")
+    pid = int(running.status.container_statuses[0].container_id.split("://")[1])
+    wait_for(lambda: read_logs(cluster_root, "default", "sleeper"), lambda text: "up" in text)
+    core.delete_namespaced_pod("sleeper", "default")
+    wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod("default").items], lambda names: not names)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert read_logs(cluster_root, "default", "sleeper").splitlines() == ["up", "term"]
+    assert sys.executable  # the pod ran with the venv's python first on PATH
