@@ -1,19 +1,41 @@
 """The operator's access to the Kubernetes API: the official client, plain dicts in and out.
 
-Loads in-cluster credentials in a pod and ``KUBECONFIG`` elsewhere (the local cluster writes one).
+Loads in-cluster credentials in a pod and ``KUBECONFIG`` elsewhere (the local cluster writes one). Calls that
+meet a conflict (409), throttling (429) or a server error (5xx) are retried with exponential backoff; every
+failure is counted in ``ascend_operator_api_errors``.
 """
 from __future__ import annotations
 
+import time
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from . import metrics
 from .api.group import API_GROUP, API_VERSION, KINDS
 from .permissions import uses, uses_on_kinds
+from .settings import API_BACKOFF_S, API_RETRIES
 
 _PLURALS = {k.kind: k.plural for k in KINDS}
+# PodGroups of the gang schedulers (render/gang.py): apiVersion -> plural.
+_POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
+
+T = TypeVar("T")
+
+
+def _retrying(call: Callable[[], T], retry_conflict: bool = True) -> T:
+    for attempt in range(API_RETRIES + 1):
+        try:
+            return call()
+        except ApiException as e:
+            metrics.API_ERRORS.labels(str(e.status)).inc()
+            transient = e.status in (429,) or (e.status or 0) >= 500 or (e.status == 409 and retry_conflict)
+            if not transient or attempt == API_RETRIES:
+                raise
+            time.sleep(API_BACKOFF_S * 2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 class Kube:
@@ -39,6 +61,8 @@ class Kube:
     @uses("", "pods", "create", "get")
     @uses("", "services", "create", "get")
     @uses("", "configmaps", "create", "get")
+    @uses("scheduling.volcano.sh", "podgroups", "create", "get")
+    @uses("scheduling.x-k8s.io", "podgroups", "create", "get")
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create if absent; returns False when it already existed (reconciling twice creates nothing twice)."""
         creators = {
@@ -46,29 +70,70 @@ class Kube:
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
         }
+        if body["kind"] == "PodGroup":
+            group, version = body["apiVersion"].split("/")
+            plural = _POD_GROUPS[body["apiVersion"]]
+            create = lambda: self.custom.create_namespaced_custom_object(group, version, namespace, plural, body)  # noqa: E731
+        else:
+            create = lambda: creators[body["kind"]](namespace, body)  # noqa: E731
         try:
-            creators[body["kind"]](namespace, body)
+            _retrying(create, retry_conflict=False)
             return True
         except ApiException as e:
             if e.status == 409:
                 return False
             raise
 
+    @uses("", "configmaps", "patch")
+    def update_config_map(self, namespace: str, body: dict[str, Any]) -> None:
+        """Make the ConfigMap say what ``body`` says (a restart may resume from a different checkpoint)."""
+        if not self.create(namespace, body):
+            _retrying(lambda: self.core.patch_namespaced_config_map(body["metadata"]["name"], namespace,
+                                                                    {"data": body["data"]}))
+
     @uses("", "pods", "list")
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        return self.plain(self.core.list_namespaced_pod(namespace, label_selector=selector))["items"]
+        return self.plain(_retrying(lambda: self.core.list_namespaced_pod(namespace,
+                                                                          label_selector=selector)))["items"]
+
+    @uses("", "pods", "delete")
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete this very pod (the uid guards against deleting a newer pod of the same name); gone is fine."""
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            _retrying(lambda: self.core.delete_namespaced_pod(name, namespace, body=body), retry_conflict=False)
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
 
     @uses_on_kinds("", "get")
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, _PLURALS[kind], name)
+            return _retrying(lambda: self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace,
+                                                                              _PLURALS[kind], name))
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
 
+    @uses_on_kinds("", "list")
+    def list_custom(self, kind: str) -> list[dict[str, Any]]:
+        """All objects of one of our kinds in every namespace."""
+        return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
+                                                                        _PLURALS[kind]))["items"]
+
+    @uses_on_kinds("", "delete")
+    def delete_custom(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a job; its pods, Service and ConfigMap follow by owner references (background cascade)."""
+        try:
+            _retrying(lambda: self.custom.delete_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, propagation_policy="Background"))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     @uses_on_kinds("/status", "patch")
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status})
+        _retrying(lambda: self.custom.patch_namespaced_custom_object_status(
+            API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status}))

@@ -4,4 +4,17 @@ from __future__ import annotations
 import os
 
 # Seconds between reads of rank 0's metrics into status.progress: the bound on how stale progress can be.
+# The same sweep checks deadlines, TTLs and dependencies.
 PROGRESS_INTERVAL = float(os.environ.get("ASCEND_OPERATOR_PROGRESS_INTERVAL", "5"))
+
+# Port of the operator's own Prometheus endpoint (jobs by phase, restarts, reconcile latency); 0 disables it.
+METRICS_PORT = int(os.environ.get("ASCEND_OPERATOR_METRICS_PORT", "9102"))
+
+# Node ports hostNetwork jobs are given, "first-last", in blocks of HOST_PORT_BLOCK (one block per job).
+HOST_PORT_FIRST, HOST_PORT_LAST = (int(p) for p in os.environ.get("ASCEND_OPERATOR_HOST_PORTS",
+                                                                  "40000-49999").split("-"))
+HOST_PORT_BLOCK = int(os.environ.get("ASCEND_OPERATOR_HOST_PORT_BLOCK", "64"))
+
+# API calls that fail with 409 (conflict), 429 or 5xx are retried this many times, backing off exponentially.
+API_RETRIES = int(os.environ.get("ASCEND_OPERATOR_API_RETRIES", "5"))
+API_BACKOFF_S = float(os.environ.get("ASCEND_OPERATOR_API_BACKOFF", "0.2"))

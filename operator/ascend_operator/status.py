@@ -6,12 +6,21 @@ import json
 from typing import Any
 
 from .api.group import LABEL_REPLICA_INDEX
+from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 
 TERMINAL = ("Succeeded", "Failed")
 
 
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(at: dt.datetime | None = None) -> str:
+    return (at or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+
+
+def is_true(status: dict[str, Any], type_: str) -> bool:
+    return (condition(status, type_) or {}).get("status") == "True"
 
 
 def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
@@ -71,49 +80,106 @@ def replica_counts(pods: list[dict[str, Any]]) -> dict[str, int]:
             "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
 
 
-def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any]) -> dict[str, Any]:
-    """The next status (phase, conditions, replicas, times) for a job that expects ``expected`` pods."""
-    at = now()
+def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods that are not being deleted: a terminating pod belongs to the past (a restart, a suspension)."""
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return pod.get("status", {}).get("phase", "Pending")
+
+
+def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
+    """(retryable, reason, message) for one failed pod, from its exit code and the engine's report."""
+    term = _terminated(pod)
+    code = term.get("exitCode")
+    name = pod["metadata"]["name"]
+    if code is None:  # evicted, node lost: the kubelet never saw the container end
+        why = pod.get("status", {}).get("reason") or "Unknown"
+        return True, "PodFailed", f"pod {name} failed without an exit code ({why})"
+    message = f"pod {name} failed: exit code {code} ({term.get('reason', 'Error')})"
+    report = termination_result(pod) or {}
+    if code == MASTER_UNREACHABLE_EXIT and report.get("reason") == "MasterUnreachable":
+        return policy.is_retryable(code), "MasterUnreachable", f"{message}: {report.get('message', '')}"
+    retryable = policy.is_retryable(code)
+    if not retryable:
+        message += "; permanent (codes 1-127 fail at once unless listed in runPolicy.retryableExitCodes)"
+    return retryable, "PodFailed", message
+
+
+def _finish(status: dict[str, Any], phase: str, reason: str, message: str, at: str) -> dict[str, Any]:
+    conditions = set_condition(status.get("conditions", []), "Running", "False", reason, message, at)
+    conditions = set_condition(conditions, "Restarting", "False", reason, message, at) \
+        if condition(status, "Restarting") else conditions
+    conditions = set_condition(conditions, phase, "True", reason, message, at)
+    return {**status, "phase": phase, "conditions": conditions, "completionTime": at}
+
+
+def _restart(status: dict[str, Any], reason: str, message: str, policy: RunPolicy, at: str) -> dict[str, Any]:
+    restarts = status.get("restarts", 0)
+    if restarts >= policy.backoffLimit:
+        return _finish(status, "Failed", "BackoffLimitExceeded",
+                       f"{message}; runPolicy.backoffLimit ({policy.backoffLimit}) restarts used", at)
+    text = f"gang restart {restarts + 1}/{policy.backoffLimit}: {message}"
+    conditions = set_condition(status.get("conditions", []), "Running", "False", reason, text, at)
+    conditions = set_condition(conditions, "Restarting", "True", reason, text, at)
+    return {**status, "phase": "Restarting", "conditions": conditions, "restarts": restarts + 1}
+
+
+def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
+           at: dt.datetime | None = None) -> dict[str, Any]:
+    """The next status for a job whose objects exist and which expects ``expected`` pods.
+
+    The handler acts on what changed: ``restarts`` grown -> delete every pod (gang restart), then create them
+    again once gone; a terminal phase -> delete pods as ``runPolicy.cleanPodPolicy`` says.
+    """
+    policy = policy or RunPolicy()
+    stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
-                                                         "progress", "phase")}
-    conditions = status.get("conditions", [])
+                                                         "progress", "phase", "hostPorts")}
+    status.setdefault("conditions", [])
+    pods = live(pods)
     status["replicas"] = counts = replica_counts(pods)
-    if previous.get("phase") in TERMINAL:
+    phase = previous.get("phase")
+    if phase in TERMINAL:
         return status
-    failed = sorted((p for p in pods if p.get("status", {}).get("phase") == "Failed"), key=_index)
-    pods_by_phase = {ph: [p for p in pods if p.get("status", {}).get("phase", "Pending") == ph]
-                     for ph in ("Pending", "Running", "Succeeded")}
-    if failed:
-        pod = failed[0]
-        term = _terminated(pod)
-        reason = "PodFailed"
-        message = (f"pod {pod['metadata']['name']} failed: exit code {term.get('exitCode', '?')}"
-                   f" ({term.get('reason', 'Error')})")
-        phase = "Failed"
-        conditions = set_condition(conditions, "Running", "False", reason, message, at)
-        conditions = set_condition(conditions, "Failed", "True", reason, message, at)
-        status["completionTime"] = at
-    elif len(pods_by_phase["Succeeded"]) == expected:
-        phase = "Succeeded"
+    created = condition(previous, "Created") or {}
+    if created.get("status") == "True" and policy.deadline_passed(created.get("lastTransitionTime"),
+                                                                    at or dt.datetime.now(dt.timezone.utc)):
+        return _finish(status, "Failed", "DeadlineExceeded",
+                       f"runPolicy.activeDeadlineSeconds ({policy.activeDeadlineSeconds}) passed", stamp)
+    by_phase = {ph: sorted((p for p in pods if _phase(p) == ph), key=_index)
+                for ph in ("Pending", "Running", "Succeeded", "Failed")}
+    if by_phase["Failed"]:
+        failures = [_failure(p, policy) for p in by_phase["Failed"]]
+        permanent = next((f for f in failures if not f[0]), None)
+        if permanent:
+            return _finish(status, "Failed", permanent[1], permanent[2], stamp)
+        return _restart(status, failures[0][1], failures[0][2], policy, stamp)
+    if len(pods) < expected and phase in ("Running", "Pending") and created.get("status") == "True":
+        # Someone deleted a pod (a drain, a preemption): only the policy brings it back, with the whole gang.
+        present = {_index(p) for p in pods}
+        gone = ", ".join(f"{p}" for p in sorted(set(range(expected)) - present))
+        return _restart(status, "PodDeleted", f"pod index {gone} was deleted", policy, stamp)
+    conditions = status["conditions"]
+    if len(by_phase["Succeeded"]) == expected:
         message = f"all {expected} pods completed"
-        conditions = set_condition(conditions, "Running", "False", "JobSucceeded", message, at)
-        conditions = set_condition(conditions, "Succeeded", "True", "JobSucceeded", message, at)
-        status["completionTime"] = at
-    elif len(pods_by_phase["Running"]) + len(pods_by_phase["Succeeded"]) == expected:
-        phase = "Running"
-        status.setdefault("startTime", at)
-        conditions = set_condition(conditions, "Running", "True", "PodsRunning",
-                                   f"{counts['ready']}/{expected} pods ready", at)
+        return _finish(status, "Succeeded", "JobSucceeded", message, stamp)
+    if len(by_phase["Running"]) + len(by_phase["Succeeded"]) == expected:
+        status.setdefault("startTime", stamp)
+        message = f"{counts['ready']}/{expected} pods ready"
+        if phase == "Restarting":
+            conditions = set_condition(conditions, "Restarting", "False", "PodsRunning",
+                                       f"restart {status.get('restarts', 0)} running", stamp)
+        conditions = set_condition(conditions, "Running", "True", "PodsRunning", message, stamp)
+        return {**status, "phase": "Running", "conditions": conditions}
+    waiting = by_phase["Pending"]
+    if waiting:
+        message = f"{len(by_phase['Running'])}/{expected} pods running; " \
+                  f"{waiting[0]['metadata']['name']}: {_waiting_reason(waiting[0])}"
     else:
-        phase = "Pending"
-        waiting = sorted(pods_by_phase["Pending"], key=_index)
-        missing = expected - len(pods)
-        if waiting:
-            message = f"{len(pods_by_phase['Running'])}/{expected} pods running; " \
-                      f"{waiting[0]['metadata']['name']}: {_waiting_reason(waiting[0])}"
-        else:
-            message = f"{missing} of {expected} pods not created yet"
-        conditions = set_condition(conditions, "Running", "False", "PodsPending", message, at)
-    status["phase"] = phase
-    status["conditions"] = conditions
-    return status
+        message = f"{expected - len(pods)} of {expected} pods not created yet"
+    if phase == "Restarting":
+        return {**status, "phase": "Restarting"}  # the Restarting condition says why; Running stays False
+    conditions = set_condition(conditions, "Running", "False", "PodsPending", message, stamp)
+    return {**status, "phase": "Pending", "conditions": conditions}

@@ -1,4 +1,5 @@
 """Job status follows the pods: Pending with the scheduler's reason, Running, Succeeded, Failed with the exit code."""
+from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.status import derive
 
 
@@ -33,10 +34,11 @@ def test_running_then_succeeded_keeps_start_time_and_sets_completion():
 
 def test_failed_pod_reports_exit_code_and_is_terminal():
     failed = pod(1, "Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
-    status = derive([pod(0, "Running", **ready()), failed], 2, {"phase": "Running"})
+    status = derive([pod(0, "Running", **ready()), failed], 2, {"phase": "Running"}, RunPolicy(backoffLimit=0))
     assert status["phase"] == "Failed"
     cond = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert cond["message"] == "pod j-1 failed: exit code 137 (OOMKilled)"
+    assert cond["reason"] == "BackoffLimitExceeded"
+    assert cond["message"] == "pod j-1 failed: exit code 137 (OOMKilled); runPolicy.backoffLimit (0) restarts used"
     # A terminal job does not come back to life when pods change afterwards.
     assert derive([pod(0, "Running"), pod(1, "Running")], 2, status)["phase"] == "Failed"
 

@@ -1,7 +1,7 @@
 """AscendTrainJob: N indexed pods x M devices running ``torchrun -m ascend_engine train``."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -9,6 +9,7 @@ from ascend_engine.config.train import TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
 from .kube import JobStatusBase, KubeModel, PodSettings
+from .run_policy import RunPolicy
 
 WORLD_SIZE_RULE = {
     # The same check as TrainConfig.check_world_size, for the API server (CEL) so `kubectl apply` fails early.
@@ -19,12 +20,27 @@ WORLD_SIZE_RULE = {
     "fieldPath": ".nnodes",
     "reason": "FieldValueInvalid",
 }
+# Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
+PIPELINE_RULES = [
+    {"rule": "!has(self.datasetPrepRef) || !has(self.train.data) || !has(self.train.data.dataPath)"
+             " || size(self.train.data.dataPath) == 0",
+     "message": "datasetPrepRef and train.data.dataPath exclude each other: the DatasetPrep's outputs become dataPath",
+     "fieldPath": ".datasetPrepRef", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.checkpointConvertRef) || !has(self.train.checkpoint) || !has(self.train.checkpoint.load)",
+     "message": "checkpointConvertRef and train.checkpoint.load exclude each other: the converted checkpoint "
+                "becomes checkpoint.load",
+     "fieldPath": ".checkpointConvertRef", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.volcanoQueue) || (has(self.gangScheduling) && self.gangScheduling == 'volcano')",
+     "message": "volcanoQueue needs gangScheduling: volcano",
+     "fieldPath": ".volcanoQueue", "reason": "FieldValueForbidden"},
+]
 
 
 class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
-    model_config = PodSettings.model_config | {"json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE]}}
+    model_config = PodSettings.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *PIPELINE_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -35,9 +51,33 @@ class AscendTrainJobSpec(PodSettings):
     hccl: HcclSettings = HcclSettings()
     """HCCL settings for Ascend pods."""
     masterPort: Annotated[int, Field(ge=1024, le=65535)] = 29500
-    """MASTER_PORT of the torchrun rendezvous on pod 0."""
+    """MASTER_PORT of the torchrun rendezvous on pod 0 (with hostNetwork the operator assigns one instead)."""
+    masterWaitSeconds: Annotated[int, Field(ge=1, le=86400)] = 600
+    """How long pods 1..N-1 wait for pod 0's address and port before torchrun starts; when it runs out the
+    job fails with reason MasterUnreachable instead of torchrun failing on a name that does not resolve yet."""
+    hostNetwork: bool = False
+    """Run the pods in the node's network namespace (RoCE/HCCN setups). MASTER_PORT, the metrics port and
+    HCCL_IF_BASE_PORT then come from a block of ports the operator assigns to this job alone
+    (status.hostPorts), so jobs sharing a node never clash."""
+    gangScheduling: Literal["volcano", "coscheduling"] | None = None
+    """Gang scheduling: all nnodes pods are placed together or not at all. volcano creates a Volcano PodGroup
+    (scheduling.volcano.sh/v1beta1, minMember = nnodes) and sets schedulerName volcano unless given;
+    coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and labels the pods."""
+    volcanoQueue: str | None = None
+    """Volcano queue of the PodGroup (gangScheduling volcano)."""
+    runPolicy: RunPolicy = RunPolicy()
+    """Restarts, deadline, clean-up, TTL and suspension."""
+    datasetPrepRef: str | None = None
+    """Name of a DatasetPrep in the same namespace: the job stays Pending until it has succeeded, then trains
+    on its outputs (they become train.data.dataPath)."""
+    checkpointConvertRef: str | None = None
+    """Name of a CheckpointConvert (hf -> mg) in the same namespace: the job stays Pending until it has
+    succeeded, then fine-tunes from its output (train.checkpoint.load, finetune); after a gang restart it
+    resumes from its own checkpoint.save instead."""
     train: TrainConfig
-    """The engine's training configuration (Megatron / MindSpeed-LLM names)."""
+    """The engine's training configuration (Megatron / MindSpeed-LLM names). When checkpoint.save is set and
+    checkpoint.load is not, the operator renders load = save, so a restarted or resumed job continues from
+    its latest checkpoint by itself."""
 
     @property
     def world_size(self) -> int:
@@ -49,6 +89,12 @@ class AscendTrainJobSpec(PodSettings):
             self.train.check_world_size(self.world_size)
         except ValueError as e:
             raise ValueError(f"nnodes x nprocPerNode ({self.nnodes} x {self.nprocPerNode}): {e}") from None
+        broken = (bool(self.datasetPrepRef and self.train.data.dataPath),
+                  bool(self.checkpointConvertRef and self.train.checkpoint.load),
+                  bool(self.volcanoQueue and self.gangScheduling != "volcano"))
+        for rule, bad in zip(PIPELINE_RULES, broken):
+            if bad:
+                raise ValueError(rule["message"])
         return self
 
 
@@ -77,8 +123,23 @@ class TrainProgress(KubeModel):
     """When these figures were read (RFC 3339)."""
 
 
+class HostPorts(KubeModel):
+    """The block of node ports a hostNetwork job owns."""
+
+    block: int
+    """Index of the block within the operator's host port range."""
+    masterPort: int
+    """MASTER_PORT."""
+    metricsPort: int
+    """Rank 0's metrics port."""
+    hcclIfBasePort: int
+    """HCCL_IF_BASE_PORT (HCCL uses ports from here up)."""
+
+
 class AscendTrainJobStatus(JobStatusBase):
     """Observed state of an AscendTrainJob."""
 
     progress: TrainProgress | None = None
     """Training progress from rank 0."""
+    hostPorts: HostPorts | None = None
+    """Ports assigned to a hostNetwork job."""

@@ -1,21 +1,39 @@
-"""One lifecycle for every kind: create the objects, follow the pods, read progress, keep the result.
+"""One lifecycle for every kind: wait for dependencies, create the objects, follow the pods, restart the gang
+by policy, suspend and resume, finish and clean up, read progress, keep the result.
 
-A kind is declared once as a ``JobKind``; ``register`` wires the same three kopf handlers for it:
-create/resume (idempotent creation), pod events (prompt status) and a timer (bounded-lag progress).
+A kind is declared once as a ``JobKind``; ``register`` wires the same kopf handlers for it: an event handler on
+the custom resource (create, spec change, operator start-up: kopf lists every object when it starts) and one on
+its pods (prompt status). A single sweep (``sweeper``) re-reconciles live jobs every PROGRESS_INTERVAL for
+progress, deadlines, TTLs and dependencies, so no per-object kopf timer and hence no finalizer is needed:
+deleting a job never waits for the operator.
+
+Every decision comes from pure functions (``status.derive``, ``RunPolicy``, ``dependencies``); the handlers
+only act on the difference between the old and the new status, under a per-job lock, so running them twice
+(or after an operator restart) creates nothing twice.
 """
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+import logging
+import threading
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import kopf
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from .. import metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
+from ..api.run_policy import RunPolicy
 from ..progress import scrape
 from ..settings import PROGRESS_INTERVAL
-from ..status import TERMINAL, derive, now, termination_result
+from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
 from .common import kube, parse_spec
+from .dependencies import DependencyError, readiness, refs, resolve
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,6 +45,14 @@ class JobKind:
     metrics_port: Callable[[Any], int | None]
     progress_fields: dict[str, str]  # metric field (ascend_engine.telemetry) -> status.progress field
     result_field: str  # where rank 0's final report goes: "progress" (merged) or "outputs"
+    # (job object, resolved spec, status) -> (spec to render, status fields to add): e.g. host ports.
+    prepare: Callable[[dict[str, Any], Any, dict[str, Any]], tuple[Any, dict[str, Any]]] = \
+        lambda obj, spec, status: (spec, {})
+
+
+_LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
+_KNOWN: dict[tuple[str, str, str], tuple[JobKind, bool]] = {}  # key -> (kind, worth sweeping)
+_KINDS: list[JobKind] = []
 
 
 def _rank0(pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -45,63 +71,198 @@ def _live_progress(job: JobKind, spec: Any, rank0: dict[str, Any] | None) -> dic
     return {**progress, "lastUpdateTime": now()}
 
 
-def reconcile(job: JobKind, namespace: str, name: str) -> None:
-    """Recompute status from the pods and rank 0; patch only what changed; an event on each phase change."""
+def _policy(obj: dict[str, Any]) -> RunPolicy:
+    """The run policy even of a spec that failed validation elsewhere (TTL still applies to it)."""
+    try:
+        return RunPolicy.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
+    except ValidationError:
+        return RunPolicy()
+
+
+def _event(obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+    kopf.event(obj, type="Warning" if warning else "Normal", reason=reason, message=message)
+
+
+def _delete_pods(namespace: str, pods: list[dict[str, Any]]) -> int:
+    doomed = live(pods)
+    for p in doomed:
+        kube().delete_pod(namespace, p["metadata"]["name"], p["metadata"]["uid"])
+    return len(doomed)
+
+
+def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any) -> list[str]:
+    objects = job.render(name, namespace, spec)
+    kopf.adopt(objects, owner=obj)
+    created = []
+    for o in objects:
+        if o["kind"] == "ConfigMap":  # a restart or resume may load a different checkpoint
+            kube().update_config_map(namespace, o)
+        elif kube().create(namespace, o):
+            created.append(f"{o['kind']}/{o['metadata']['name']}")
+    return created
+
+
+def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status: dict[str, Any],
+                           at: str) -> tuple[Any, dict[str, Any], bool]:
+    """(spec with the dependencies' outputs, status, whether to go on creating and following pods)."""
+    found = {ref: kube().get_custom(ref.kind.kind, obj["metadata"]["namespace"], ref.name) for ref in refs(spec)}
+    if not found:
+        return spec, status, True
+    state, message = readiness(found)
+    conditions = status.get("conditions", [])
+    if state == "Failed":
+        conditions = set_condition(conditions, "Failed", "True", "DependencyFailed", message, at)
+        return spec, {**status, "phase": "Failed", "conditions": conditions, "completionTime": at}, False
+    if state == "Waiting":
+        conditions = set_condition(conditions, "DependenciesReady", "False", "WaitingForDependencies", message, at)
+        return spec, {**status, "phase": "Pending", "conditions": conditions}, False
+    try:
+        spec = resolve(spec, found, status)
+    except DependencyError as e:
+        conditions = set_condition(conditions, "Failed", "True", "DependencyInvalid", str(e), at)
+        return spec, {**status, "phase": "Failed", "conditions": conditions, "completionTime": at}, False
+    conditions = set_condition(conditions, "DependenciesReady", "True", "DependenciesSucceeded", message, at)
+    return spec, {**status, "conditions": conditions}, True
+
+
+def _suspend(obj: dict[str, Any], namespace: str, pods: list[dict[str, Any]], status: dict[str, Any],
+             at: str) -> dict[str, Any]:
+    deleted = _delete_pods(namespace, pods)
+    if status.get("phase") == "Suspended":
+        return status
+    message = f"runPolicy.suspend is true: {deleted} pod(s) deleted; clearing it recreates them"
+    conditions = set_condition(status.get("conditions", []), "Suspended", "True", "Suspended", message, at)
+    conditions = set_condition(conditions, "Running", "False", "Suspended", message, at)
+    conditions = set_condition(conditions, "Created", "False", "Suspended", "pods deleted while suspended", at)
+    return {**status, "phase": "Suspended", "conditions": conditions}
+
+
+def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     obj = kube().get_custom(job.kind.kind, namespace, name)
     if obj is None:
+        forget(job, namespace, name)
         return
     previous = obj.get("status") or {}
+    at = now()
     if previous.get("phase") in TERMINAL:
+        policy = _policy(obj)
+        if policy.ttl_expired(previous.get("completionTime"), dt.datetime.now(dt.timezone.utc)):
+            _event(obj, "Deleted", f"runPolicy.ttlSecondsAfterFinished ({policy.ttlSecondsAfterFinished}s) "
+                                   "passed: deleting the job and what it created")
+            kube().delete_custom(job.kind.kind, namespace, name)
+            forget(job, namespace, name)
         return
-    try:
-        spec = job.spec_model.model_validate(obj["spec"])
-    except ValueError:
-        return  # ensure() has reported it
+    spec = parse_spec(job.spec_model, job.kind.kind, namespace, name, obj["spec"], obj)
+    if spec is None:
+        return
     pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
-    status = derive(pods, job.replicas(spec), previous)
-    rank0 = _rank0(pods, name)
-    live = _live_progress(job, spec, rank0)
-    if live:
-        status["progress"] = {**previous.get("progress", {}), **live}
-    if status["phase"] == "Succeeded":
-        result = termination_result(rank0)
-        if result and job.result_field == "progress":
-            status["progress"] = {**status.get("progress", {}), **result, "lastUpdateTime": now()}
-        elif result:
-            status[job.result_field] = result
+    policy: RunPolicy = spec.runPolicy
+    status = dict(previous)
+    if policy.suspend:
+        status = _suspend(obj, namespace, pods, status, at)
+    else:
+        if status.get("phase") == "Suspended":
+            conditions = set_condition(status["conditions"], "Suspended", "False", "Resumed",
+                                       "runPolicy.suspend cleared: recreating the pods", at)
+            status = {**status, "phase": "Pending", "conditions": conditions}
+        effective, status, go_on = _wait_for_dependencies(job, obj, spec, status, at)
+        if go_on:
+            status = _follow(job, obj, namespace, name, effective, policy, pods, status, at)
     status["observedGeneration"] = obj["metadata"].get("generation")
+    status.setdefault("phase", "Pending")
     if status != previous:
         kube().patch_status(job.kind.kind, namespace, name, status)
         if status["phase"] != previous.get("phase"):
-            kopf.event(obj, type="Warning" if status["phase"] == "Failed" else "Normal",
-                       reason=status["phase"], message=status["conditions"][-1]["message"])
+            why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+            _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
+    metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
+    _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
+                                                policy.ttlSecondsAfterFinished is not None)
+
+
+def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any, policy: RunPolicy,
+            pods: list[dict[str, Any]], status: dict[str, Any], at: str) -> dict[str, Any]:
+    """Create the objects when due (first time, after a gang restart, on resume), then derive the status."""
+    spec, extra = job.prepare(obj, spec, status)
+    status = {**status, **extra}
+    restarting = status.get("phase") == "Restarting"
+    terminating = len(pods) - len(live(pods))
+    if (not is_true(status, "Created") or (restarting and not live(pods))) and not terminating:
+        created = _create(job, obj, namespace, name, spec)
+        if not is_true(status, "Created"):
+            message = f"created {', '.join(created)}" if created else "objects already exist"
+            status["conditions"] = set_condition(status.get("conditions", []), "Created", "True", "Created",
+                                                 message, at)
+        if created:
+            _event(obj, "Created", f"created {', '.join(created)}")
+        pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
+    new = derive(pods, job.replicas(spec), status, policy)
+    if new.get("restarts", 0) > status.get("restarts", 0):
+        deleted = _delete_pods(namespace, pods)
+        metrics.RESTARTS.labels(job.kind.kind).inc()
+        _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
+        return new
+    rank0 = _rank0(live(pods), name)
+    progress = _live_progress(job, spec, rank0)
+    if progress:
+        new["progress"] = {**status.get("progress", {}), **progress}
+    if new["phase"] == "Succeeded":
+        result = termination_result(rank0)
+        if result and job.result_field == "progress":
+            new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
+        elif result:
+            new[job.result_field] = result
+    if new["phase"] in TERMINAL:
+        cleaned = _delete_pods(namespace, policy.pods_to_clean(live(pods)))
+        if cleaned:
+            _event(obj, "PodsCleaned", f"runPolicy.cleanPodPolicy {policy.cleanPodPolicy}: deleted {cleaned} pod(s)")
+    return new
+
+
+def reconcile(job: JobKind, namespace: str, name: str) -> None:
+    """Bring one job a step closer to what its spec and its pods say; serialized per job."""
+    with _LOCKS[(job.kind.kind, namespace, name)], metrics.RECONCILE_SECONDS.labels(job.kind.kind).time():
+        _reconcile(job, namespace, name)
+
+
+def forget(job: JobKind, namespace: str, name: str) -> None:
+    _KNOWN.pop((job.kind.kind, namespace, name), None)
+    metrics.job_phase(job.kind.kind, namespace, name, None)
+
+
+async def sweep_forever(stop: asyncio.Event) -> None:
+    """Every PROGRESS_INTERVAL, reconcile each live job (and each finished one with a TTL) in worker threads."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=PROGRESS_INTERVAL)
+            return
+        except asyncio.TimeoutError:
+            pass
+        due = [(job, ns, name) for (_, ns, name), (job, worth) in list(_KNOWN.items()) if worth]
+        results = await asyncio.gather(*(asyncio.to_thread(reconcile, *key) for key in due), return_exceptions=True)
+        for key, result in zip(due, results):
+            if isinstance(result, Exception):
+                logger.warning("reconciling %s %s/%s failed: %s", key[0].kind.kind, key[1], key[2], result)
 
 
 def register(job: JobKind) -> None:
     kind = job.kind
+    _KINDS.append(job)
 
-    @kopf.on.resume(API_GROUP, API_VERSION, kind.plural, id=f"ensure-{kind.singular}")
-    @kopf.on.create(API_GROUP, API_VERSION, kind.plural, id=f"ensure-{kind.singular}")
-    def ensure(spec, name, namespace, body, status, **_) -> None:
-        """Create whatever is missing; a rerun or an operator restart creates nothing twice."""
-        if (status or {}).get("phase") in TERMINAL:
+    @kopf.on.event(API_GROUP, API_VERSION, kind.plural, id=f"follow-{kind.singular}")
+    def job_changed(type, body, name, namespace, **_) -> None:
+        """New objects, spec changes and the listing at operator start-up; our own status patches are skipped."""
+        if type == "DELETED":
+            forget(job, namespace, name)
             return
-        parsed = parse_spec(job.spec_model, kind.kind, namespace, name, spec, body)
-        if parsed is None:
+        status = body.get("status") or {}
+        phase = status.get("phase")
+        _KNOWN.setdefault((kind.kind, namespace, name), (job, True))
+        if phase in TERMINAL and type is not None:
             return
-        objects = job.render(name, namespace, parsed)
-        kopf.adopt(objects, owner=body)
-        created = [f"{o['kind']}/{o['metadata']['name']}" for o in objects if kube().create(namespace, o)]
-        if created:
-            kopf.info(body, reason="Created", message=f"created {', '.join(created)}")
-        reconcile(job, namespace, name)
+        if type in (None, "ADDED") or body["metadata"].get("generation") != status.get("observedGeneration"):
+            reconcile(job, namespace, name)
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_KIND: kind.kind}, id=f"pods-of-{kind.singular}")
     def pod_changed(labels, namespace, **_) -> None:
         reconcile(job, namespace, labels[LABEL_JOB_NAME])
-
-    @kopf.timer(API_GROUP, API_VERSION, kind.plural, interval=PROGRESS_INTERVAL, initial_delay=PROGRESS_INTERVAL,
-                id=f"progress-of-{kind.singular}")
-    def refresh(name, namespace, status, **_) -> None:
-        if (status or {}).get("phase") not in TERMINAL:
-            reconcile(job, namespace, name)

@@ -1,17 +1,35 @@
-"""kopf settings: where kopf keeps its own bookkeeping."""
+"""kopf settings, the operator's metrics endpoint and the periodic sweep over live jobs."""
 from __future__ import annotations
+
+import asyncio
 
 import kopf
 
+from .. import metrics
 from ..api.group import API_GROUP
+from ..settings import METRICS_PORT
+from .lifecycle import sweep_forever
+
+_sweep: dict[str, object] = {}
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_) -> None:
-    # Keep kopf's progress and diff-base in annotations: our status schema is structural and would prune
-    # kopf's `status.kopf` block, and status belongs to the user-facing contract.
+async def configure(settings: kopf.OperatorSettings, **_) -> None:
+    # Keep kopf's own bookkeeping in annotations: our status schema is structural and would prune a
+    # `status.kopf` block, and status belongs to the user-facing contract.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = 20  # INFO and above become Kubernetes events
     settings.execution.max_workers = 16
+    metrics.serve(METRICS_PORT)
+    stop = asyncio.Event()
+    # Created here so that the sweep's worker threads inherit kopf's context (events can be posted from them).
+    _sweep.update(stop=stop, task=asyncio.create_task(sweep_forever(stop)))
+
+
+@kopf.on.cleanup()
+async def stop_sweeping(**_) -> None:
+    if _sweep:
+        _sweep["stop"].set()  # type: ignore[attr-defined]
+        await _sweep["task"]  # type: ignore[misc]

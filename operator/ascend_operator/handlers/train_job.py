@@ -1,9 +1,10 @@
-"""AscendTrainJob: a Service, a ConfigMap and nnodes pods; progress from rank 0's training metrics."""
+"""AscendTrainJob: a Service, a ConfigMap, an optional PodGroup and nnodes pods; progress from rank 0."""
 from ascend_engine.telemetry import METRIC_NAMES
 
 from ..api.group import TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from ..render import train_job as render
+from . import host_network
 from .lifecycle import JobKind, register
 
 register(JobKind(
@@ -14,4 +15,5 @@ register(JobKind(
     metrics_port=lambda spec: spec.train.observability.metricsPort,
     progress_fields={field: field for field in METRIC_NAMES.values()},
     result_field="progress",
+    prepare=host_network.prepare,
 ))

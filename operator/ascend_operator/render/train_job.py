@@ -5,6 +5,7 @@ from typing import Any
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
+from . import gang
 from .common import CONFIG_FILE, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
 
 KIND = TRAIN_JOB.kind
@@ -29,7 +30,12 @@ def service(name: str) -> dict[str, Any]:
 
 
 def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
-    return config_map(KIND, name, spec.train.to_yaml_dict())
+    """The TrainConfig; checkpoint.load defaults to checkpoint.save so that restarted pods resume by themselves."""
+    config = spec.train.to_yaml_dict()
+    checkpoint = config.setdefault("checkpoint", {})
+    if checkpoint.get("save") and not checkpoint.get("load"):
+        checkpoint["load"] = checkpoint["save"]
+    return config_map(KIND, name, config)
 
 
 def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, str]:
@@ -61,23 +67,38 @@ TORCHRUN = [
 ]
 
 
+def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
+    """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
+    then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled."""
+    if index == 0:
+        return list(TORCHRUN)
+    return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
+            f"--timeout={spec.masterWaitSeconds}", "--", *TORCHRUN]
+
+
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:
     labels = job_labels(KIND, name) | {LABEL_REPLICA_INDEX: str(index)}
     if spec.devices.is_ascend() and spec.devices.ringController:
         labels["ring-controller.atlas"] = spec.devices.ringController
     limits = {spec.devices.resource: str(spec.nprocPerNode)} if spec.devices.resource else {}
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
-    main = container(spec, TORCHRUN, env, limits)
+    main = container(spec, command(spec, index), env, limits)
     body = pod_spec(spec, name, main)
     body.update({"hostname": f"{name}-{index}", "subdomain": name})
-    return {
+    if spec.hostNetwork:
+        body.update({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})
+    out = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{name}-{index}", "labels": labels},
         "spec": body,
     }
+    gang.mark_pod(out, name, spec)
+    return out
 
 
 def objects(name: str, namespace: str, spec: AscendTrainJobSpec) -> list[dict[str, Any]]:
-    """Everything one job needs, in creation order (the ConfigMap before the pods that mount it)."""
-    return [service(name), engine_config_map(name, spec)] + [pod(name, namespace, spec, i) for i in range(spec.nnodes)]
+    """Everything one job needs, in creation order (the ConfigMap and PodGroup before the pods)."""
+    group = gang.pod_group(KIND, name, spec)
+    return ([service(name), engine_config_map(name, spec)] + ([group] if group else [])
+            + [pod(name, namespace, spec, i) for i in range(spec.nnodes)])

@@ -1,0 +1,86 @@
+"""Pipelines: a job may name the jobs whose outputs it needs; it waits for them, then uses what they wrote.
+
+Pure functions of the referenced objects (as the API returns them), so every case is unit-tested:
+AscendTrainJob <- DatasetPrep (outputs -> train.data.dataPath) and CheckpointConvert (its Megatron output ->
+train.checkpoint.load with finetune); CheckpointConvert <- AscendTrainJob (its checkpoint.save -> convert.loadDir).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB, Kind
+from ..api.single_pod import CheckpointConvertSpec
+from ..api.train_job import AscendTrainJobSpec
+
+
+class DependencyError(ValueError):
+    """A dependency succeeded but cannot feed this job (its output is of the wrong kind)."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: Kind
+    name: str
+    field: str  # the spec field that names it, for messages
+
+    def __str__(self) -> str:
+        return f"{self.kind.kind} {self.name}"
+
+
+def refs(spec: Any) -> list[Ref]:
+    if isinstance(spec, AscendTrainJobSpec):
+        return [r for r in (Ref(DATASET_PREP, spec.datasetPrepRef, "datasetPrepRef") if spec.datasetPrepRef else None,
+                            Ref(CHECKPOINT_CONVERT, spec.checkpointConvertRef, "checkpointConvertRef")
+                            if spec.checkpointConvertRef else None) if r]
+    if isinstance(spec, CheckpointConvertSpec) and spec.trainJobRef:
+        return [Ref(TRAIN_JOB, spec.trainJobRef, "trainJobRef")]
+    return []
+
+
+def readiness(found: dict[Ref, dict[str, Any] | None]) -> tuple[str, str]:
+    """("Ready" | "Waiting" | "Failed", message) for the referenced objects (None: not found)."""
+    waiting, failed = [], []
+    for ref, obj in found.items():
+        phase = ((obj or {}).get("status") or {}).get("phase")
+        if obj is None:
+            waiting.append(f"{ref} (spec.{ref.field}) does not exist yet")
+        elif phase == "Failed":
+            failed.append(f"{ref} (spec.{ref.field}) failed")
+        elif phase != "Succeeded":
+            waiting.append(f"{ref} is {phase or 'Pending'}")
+    if failed:
+        return "Failed", "; ".join(failed)
+    if waiting:
+        return "Waiting", "waiting for " + "; ".join(waiting)
+    return "Ready", "dependencies succeeded: " + ", ".join(str(r) for r in found) if found else "no dependencies"
+
+
+def _outputs(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("status") or {}).get("outputs") or {}
+
+
+def resolve(spec: Any, found: dict[Ref, dict[str, Any]], status: dict[str, Any]) -> Any:
+    """The spec with its references replaced by what they produced (a copy; the stored spec is untouched)."""
+    spec = spec.model_copy(deep=True)
+    for ref, obj in found.items():
+        if ref.kind is DATASET_PREP:
+            out = _outputs(obj)
+            spec.train.data.dataPath = out.get("datasets") or [out.get("outputPrefix") or
+                                                               obj["spec"]["prep"]["outputPrefix"]]
+        elif ref.kind is CHECKPOINT_CONVERT:
+            convert = obj["spec"]["convert"]
+            if convert.get("saveModelType", "mg") != "mg":
+                raise DependencyError(f"{ref} writes a HuggingFace model; spec.{ref.field} needs a Megatron "
+                                      "one (convert.saveModelType mg)")
+            resumable = ((status.get("progress") or {}).get("lastCheckpointIteration") and
+                         spec.train.checkpoint.save)
+            if not resumable:  # otherwise the job's own latest checkpoint (load = save) wins
+                spec.train.checkpoint.load = _outputs(obj).get("saveDir") or convert["saveDir"]
+                spec.train.checkpoint.finetune = True
+        elif ref.kind is TRAIN_JOB:
+            save = ((obj["spec"].get("train") or {}).get("checkpoint") or {}).get("save")
+            if not save:
+                raise DependencyError(f"{ref} has no train.checkpoint.save: there is no checkpoint to convert")
+            spec.convert.loadDir = save
+    return spec

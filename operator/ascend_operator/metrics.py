@@ -1,0 +1,42 @@
+"""The operator's own Prometheus metrics: jobs by kind and phase, gang restarts, reconcile latency, API errors.
+
+Served on ``settings.METRICS_PORT`` by ``serve`` (called once at operator start-up).
+"""
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+JOBS = Gauge("ascend_operator_jobs", "Jobs the operator follows, by kind and phase", ["kind", "phase"],
+             registry=REGISTRY)
+RESTARTS = Counter("ascend_operator_gang_restarts", "Gang restarts ordered", ["kind"], registry=REGISTRY)
+RECONCILE_SECONDS = Histogram("ascend_operator_reconcile_seconds", "Time to reconcile one job", ["kind"],
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+API_ERRORS = Counter("ascend_operator_api_errors", "Kubernetes API calls that failed, by HTTP status",
+                     ["code"], registry=REGISTRY)
+
+_phases: dict[tuple[str, str, str], str] = {}  # (kind, namespace, name) -> phase
+_lock = threading.Lock()
+
+
+def job_phase(kind: str, namespace: str, name: str, phase: str | None) -> None:
+    """Record a job's phase (None: the job is gone) and refresh the per-phase gauge."""
+    with _lock:
+        key = (kind, namespace, name)
+        old = _phases.pop(key, None)
+        if phase:
+            _phases[key] = phase
+        if old == phase:
+            return
+        if old:
+            JOBS.labels(kind, old).dec()
+        if phase:
+            JOBS.labels(kind, phase).inc()
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port, registry=REGISTRY)
