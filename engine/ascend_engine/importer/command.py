@@ -1,0 +1,85 @@
+"""``ascend-engine import-script tune_xxx.sh -o job.yaml``: a MindSpeed-LLM launch script -> AscendTrainJob.
+
+The YAML starts with comments listing every flag that was not imported (and why) and the paths the job
+uses, which need volumes; the same list goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ..config.loader import ConfigError
+from .job import ImportedJob, import_script
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("script", help="the launch script (tune_*.sh, pretrain_*.sh)")
+    parser.add_argument("-o", "--output", help="write the manifest here (default: stdout)")
+    parser.add_argument("--image", default="ascend-train/engine-ascend:0.1.0",
+                        help="engine image for the pods (the Dockerfile's engine-ascend target by default)")
+    parser.add_argument("--name", help="metadata.name (default: from the script's file name)")
+    parser.add_argument("--namespace", help="metadata.namespace")
+    parser.add_argument("--set", dest="preset", action="append", default=[], metavar="VAR=VALUE",
+                        help="override a script variable before evaluation, e.g. --set NNODES=2 (repeatable)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when any flag could not be imported")
+
+
+def _preset(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            raise ConfigError(f"--set {pair}: expected VAR=VALUE")
+        out[name] = value
+    return out
+
+
+def render(job: ImportedJob, source: str) -> str:
+    lines = [f"# Imported from {source} by `ascend-engine import-script`."]
+    if job.skipped:
+        lines.append(f"# Flags not imported ({len(job.skipped)}):")
+        lines += [f"#   {s}" for s in job.skipped]
+    if job.notes:
+        lines.append("# Not carried over:")
+        lines += [f"#   {n}" for n in job.notes]
+    if job.paths:
+        lines.append("# Paths the job uses; mount them with spec.volumes / spec.volumeMounts:")
+        lines += [f"#   {p}" for p in job.paths]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = Path(args.script).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{args.script}: cannot read script: {e.strerror}") from None
+    job = import_script(text, args.script, image=args.image, name=args.name, namespace=args.namespace,
+                        preset=_preset(args.preset))
+    document = render(job, args.script)
+    if args.output:
+        _write_atomically(Path(args.output), document)
+    else:
+        sys.stdout.write(document)
+    for s in job.skipped:
+        print(f"not imported: {s}", file=sys.stderr)
+    spec = job.manifest["spec"]
+    print(f"import-script: {args.script} -> {args.output or 'stdout'}: {job.mapped_count()} training settings, "
+          f"{spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",
+          file=sys.stderr)
+    return 1 if args.strict and job.skipped else 0

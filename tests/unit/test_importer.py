@@ -1,0 +1,211 @@
+"""``ascend-engine import-script`` on launch scripts written like the seeds' (tests/unit/fixtures/scripts):
+the manifests validate against the AscendTrainJob model and CRD schema, and every flag of the launch is
+either imported at its field or named as not imported."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_engine.cli import main as engine_main
+from ascend_engine.config.loader import ConfigError, build_config, iter_flag_fields
+from ascend_engine.config.train import TrainConfig
+from ascend_engine.importer.job import import_script
+from ascend_engine.importer.launch import find_launch
+from ascend_engine.importer.shell import read_script
+from ascend_operator.api.crdgen import render_all
+from ascend_operator.api.train_job import AscendTrainJobSpec
+from ascend_operator.local.crd_schema import CustomResourceSchema
+
+SCRIPTS = Path(__file__).parent / "fixtures" / "scripts"
+FIXTURES = sorted(p.name for p in SCRIPTS.glob("*.sh"))
+CRD = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
+SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+# The train command's aliases (train/command.py): flags that set a field without being its Flag.
+ALIASES = {"--bf16": ("training", "precision"), "--fp16": ("training", "precision")}
+
+
+def imported(script: str, **kw):
+    path = SCRIPTS / script
+    return import_script(path.read_text(), str(path), **kw)
+
+
+def server_side_errors(manifest: dict) -> list:
+    """What the API server would say (schema and CEL rules), after pruning: nothing may be pruned away."""
+    schema = CustomResourceSchema(SCHEMA)
+    prepared = schema.prepare(manifest)
+    assert _contains(prepared, manifest), "fields the CRD does not know were pruned"
+    return schema.errors(prepared)
+
+
+def _contains(big, small) -> bool:
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(k in big and _contains(big[k], v) for k, v in small.items())
+    return big == small
+
+
+def _at(data: dict, path: tuple[str, ...]):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return KeyError
+        data = data[key]
+    return data
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_seed_script_becomes_a_valid_resource(name):
+    job = imported(name)
+    manifest = job.manifest
+    assert manifest["apiVersion"] == "ascendtrain.dev/v1alpha1" and manifest["kind"] == "AscendTrainJob"
+    AscendTrainJobSpec.model_validate(manifest["spec"])
+    assert server_side_errors(manifest) == []
+    assert manifest["metadata"]["name"] == Path(name).stem.lower().replace("_", "-")
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_flag_is_imported_or_named(name):
+    job = imported(name)
+    launch, _ = find_launch(read_script((SCRIPTS / name).read_text()))
+    fields = {n: path for path, _, flag in iter_flag_fields(TrainConfig) for n in flag.names} | ALIASES
+    skipped = {s.flag for s in job.skipped}
+    train = job.manifest["spec"]["train"]
+    for flag, _values in launch.flags:
+        if flag in skipped:
+            continue
+        assert flag in fields, f"{flag} neither imported nor reported"
+        assert _at(train, fields[flag]) is not KeyError, f"{flag} reported as imported but not in spec.train"
+    assert not skipped & {f for f in fields if _at(train, fields[f]) is not KeyError and f not in ALIASES}
+
+
+def test_qwen3_1point7b_pretrain_from_seed_002():
+    job = imported("pretrain_qwen3_1point7b_4K_ptd.sh")
+    spec = job.manifest["spec"]
+    train = spec["train"]
+    assert (spec["nnodes"], spec["nprocPerNode"], spec["masterPort"]) == (1, 2, 6000)
+    assert train["parallel"] == {"tensorModelParallelSize": 1, "pipelineModelParallelSize": 2,
+                                 "useDistributedOptimizer": True}
+    assert train["training"] == {"microBatchSize": 1, "globalBatchSize": 32, "seqLength": 4096,
+                                 "trainIters": 2000, "seed": 42, "precision": "bf16"}
+    assert train["model"]["numLayers"] == 28 and train["model"]["numQueryGroups"] == 8
+    assert train["model"]["maxPositionEmbeddings"] == 4096 and train["model"]["rotaryBase"] == 1e6
+    assert train["data"] == {"dataPath": ["/fuyuxin/dataset/enwiki_text_document"], "split": "100,0,0"}
+    assert train["checkpoint"] == {"load": "/fuyuxin/ckpt/ckpt-qwen3-1point7b", "save": "/workspace/model-out",
+                                   "saveInterval": 2000, "loadOptim": False, "loadRng": False}
+    assert spec["hccl"] == {"connectTimeout": 1800}
+    assert spec["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
+                           {"name": "NPU_ASD_ENABLE", "value": "0"}]
+    skipped = {s.flag: s.values for s in job.skipped}
+    assert skipped["--spec"] == ["mindspeed_llm.tasks.models.spec.qwen3_spec", "layer_spec"]
+    assert {"--use-flash-attn", "--tokenizer-name-or-path", "--distributed-backend"} <= set(skipped)
+    assert "/fuyuxin/dataset/enwiki_text_document" in job.paths and "/model/Qwen3-1point7B" in job.paths
+
+
+def test_qwen3_14b_full_sft_tp2_pp4_from_seed_003():
+    job = imported("tune_qwen3_14b_4K_full_alpaca_ptd.sh")
+    spec = job.manifest["spec"]
+    train = spec["train"]
+    assert (spec["nnodes"], spec["nprocPerNode"], spec["masterPort"]) == (1, 8, 6015)
+    assert train["parallel"]["tensorModelParallelSize"] == 2 and train["parallel"]["pipelineModelParallelSize"] == 4
+    assert train["checkpoint"]["finetune"] is True
+    assert train["data"]["dataPath"] == ["/apps/hw/outputs/qwen3/finetune_dataset_alpaca/alpaca"]
+    assert TrainConfig.model_validate(train).check_world_size(8) == 1
+    assert {"--stage", "--prompt-type", "--is-instruction-dataset"} <= {s.flag for s in job.skipped} | \
+        _imported_flags(train)
+
+
+def _imported_flags(train: dict) -> set[str]:
+    return {n for path, _, flag in iter_flag_fields(TrainConfig) for n in flag.names
+            if _at(train, path) is not KeyError}
+
+
+def test_multi_node_script_keeps_shape_and_leaves_rank_to_the_operator():
+    job = imported("pretrain_qwen3_14b_4K_2nodes_ptd.sh")
+    spec = job.manifest["spec"]
+    assert (spec["nnodes"], spec["nprocPerNode"]) == (2, 8)
+    assert spec["hccl"] == {"ifBasePort": 30000, "connectTimeout": 1800, "socketIfname": "enp189s0f0"}
+    assert any("--node-rank current node id: set per pod by the operator" in n for n in job.notes)
+    assert any("--master-addr your master node IP" in n for n in job.notes)
+    assert spec["train"]["observability"]["tensorboardDir"] == "/apps/hw/outputs/qwen3/14b/tb/pretrain"
+    assert {"--context-parallel-size", "--no-shared-storage"} <= {s.flag for s in job.skipped}
+
+
+def test_presets_override_the_scripts_variables():
+    job = imported("pretrain_qwen3_1point7b_4K_ptd.sh", preset={"NPUS_PER_NODE": "4", "GBS": "64"},
+                   name="qwen3-pretrain", namespace="research", image="registry.example/engine:1")
+    assert job.manifest["metadata"] == {"name": "qwen3-pretrain", "namespace": "research"}
+    spec = job.manifest["spec"]
+    assert spec["nprocPerNode"] == 4 and spec["train"]["training"]["globalBatchSize"] == 64
+    assert spec["image"] == "registry.example/engine:1"
+
+
+def test_shell_evaluation_follows_bash():
+    script = read_script(
+        'A=1\nB="x#y $A"  # comment\nC=\'$A lit\'\nD=${UNSET:-fallback}\nE=$(( ($A + 3) * 2 / 4 ))\n'
+        'F="\n  --one $A \\\n  --two\n"\nexport G=$B\nrun $F "$B" x${A}y \\\n  --tail $(hostname) 2>&1 > log\n'
+        'H=2 && echo ok; echo two | tee out\n', preset={"A": "7"})
+    v = script.variables
+    assert (v["A"], v["B"], v["C"], v["D"], v["E"]) == ("7", "x#y 7", "$A lit", "fallback", "5")
+    assert script.exported == ["G"] and v["G"] == "x#y 7"
+    words = [c.words for c in script.commands]
+    assert words[0] == ["run", "--one", "7", "--two", "x#y 7", "x7y", "--tail", "$(hostname)"]
+    assert words[1:] == [["echo", "ok"], ["echo", "two"], ["tee", "out"]]
+    assert any("$(hostname)" in w for w in script.warnings)
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "tune_bad.sh"
+    path.write_text(body)
+    return path
+
+
+BASE = ("NPUS_PER_NODE={npus}\nTP={tp}\nPP=1\nGPT_ARGS=\"--num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+        "--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP {extra}\"\n"
+        "torchrun --nproc_per_node $NPUS_PER_NODE pretrain_gpt.py $GPT_ARGS --global-batch-size 8\n")
+
+
+def test_a_bad_value_is_reported_against_its_flag(tmp_path):
+    path = _write(tmp_path, BASE.format(npus=2, tp=2, extra="--lr-decay-style weird --seq-length many"))
+    job = import_script(path.read_text(), str(path))
+    reasons = {s.flag: s.reason for s in job.skipped}
+    assert "invalid choice: 'weird'" in reasons["--lr-decay-style"]
+    assert reasons["--seq-length"].startswith("training.seqLength: Input should be a valid integer")
+    assert job.manifest["spec"]["train"]["parallel"]["tensorModelParallelSize"] == 2
+
+
+def test_an_inconsistent_script_fails_naming_file_and_field(tmp_path):
+    path = _write(tmp_path, BASE.format(npus=3, tp=3, extra=""))
+    with pytest.raises(ConfigError) as err:
+        import_script(path.read_text(), str(path))
+    assert f"{path}:5: train" in str(err.value) and "tensorModelParallelSize (3) must divide" in str(err.value)
+    path = _write(tmp_path, BASE.format(npus=3, tp=2, extra=""))
+    with pytest.raises(ConfigError) as err:
+        import_script(path.read_text(), str(path))
+    assert f"{path}:5: spec" in str(err.value) and "nnodes x nprocPerNode (1 x 3)" in str(err.value)
+    path = _write(tmp_path, "TP=2\necho $TP\n")
+    with pytest.raises(ConfigError, match="no training launch found"):
+        import_script(path.read_text(), str(path))
+
+
+def test_cli_writes_a_manifest_the_train_command_accepts(tmp_path, capsys):
+    out = tmp_path / "job.yaml"
+    script = SCRIPTS / "tune_qwen3_14b_4K_full_alpaca_ptd.sh"
+    assert engine_main(["import-script", str(script), "-o", str(out), "--namespace", "llm"]) == 0
+    err = capsys.readouterr().err
+    assert "not imported: --use-flash-attn: no TrainConfig field takes this flag" in err
+    assert err.strip().splitlines()[-1].startswith(f"import-script: {script} -> {out}: ")
+    text = out.read_text()
+    assert "#   --use-flash-attn: no TrainConfig field takes this flag" in text
+    assert "#   /apps/hw/weights/Qwen3-14B/" in text
+    assert yaml.safe_load(text)["metadata"]["namespace"] == "llm"
+    assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left behind
+    # The engine reads the whole resource back (spec.train) with the same loader as `ascend-engine train`.
+    cfg = build_config(TrainConfig, argparse.Namespace(), {}, str(out), section="train")
+    assert cfg.parallel.pipelineModelParallelSize == 4 and cfg.training.precision == "bf16"
+    assert engine_main(["import-script", str(script), "-o", str(out), "--strict"]) == 1
+
+
+def test_cli_reports_an_unreadable_script(tmp_path, capsys):
+    assert engine_main(["import-script", str(tmp_path / "missing.sh")]) == 2
+    assert "missing.sh: cannot read script" in capsys.readouterr().err
