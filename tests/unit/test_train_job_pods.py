@@ -40,6 +40,9 @@ def test_every_pod_gets_the_torchrun_contract():
         assert pod["spec"]["containers"][0]["resources"]["requests"]["huawei.com/Ascend910"] == "8"
         assert pod["spec"]["restartPolicy"] == "Never"
         command = pod["spec"]["containers"][0]["command"]
+        if index:  # workers wait for the master's address before starting torchrun
+            assert command[:2] == ["ascend-engine", "wait-for-master"]
+            command = command[command.index("--") + 1:]
         assert command[0] == "torchrun" and "--node-rank=$(NODE_RANK)" in command
         assert command[command.index("-m") + 1] == "ascend_engine"
 
