@@ -9,7 +9,8 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG TORCH_VERSION=2.13.0
 ARG MEGATRON_CORE_VERSION=0.16.1
-ARG ASCEND_BASE=swr.cn-south-1.myhuaweicloud.com/ascendhub/mindie:2.1.RC1-800I-A2-py311-openeuler24.03-lts
+# The MindIE image seed 002 builds on (CANN, Python 3.11); any CANN image whose CANN matches torch_npu works.
+ARG ASCEND_BASE=swr.cn-south-1.myhuaweicloud.com/ascendhub/mindie:2.2.RC1-800I-A2-py311-openeuler24.03-lts
 
 # ---------------------------------------------------------------- operator: kopf + client, no torch
 FROM ${PYTHON_IMAGE} AS operator
@@ -18,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY engine engine
 COPY operator operator
 COPY crds crds
+# The package without its dependencies, then exactly pyproject's `operator` extra (a test keeps them equal).
 RUN pip install --no-cache-dir --no-deps . \
  && pip install --no-cache-dir "pydantic>=2.7,<3" "pyyaml>=6" "kopf>=1.37,<2" "kubernetes>=29" "prometheus-client>=0.19"
 USER 65532:65532
