@@ -141,3 +141,49 @@ def test_deletion_terminates_the_process_group(runner, core, cluster_root: Path)
         os.kill(pid, 0)
     assert read_logs(cluster_root, "default", "sleeper").splitlines() == ["up", "term"]
     assert sys.executable  # the pod ran with the venv's python first on PATH
+
+
+def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
+    import yaml
+
+    from ascend_operator.local.cli import main
+    from ascend_operator.local.cluster import LocalCluster
+    from test_local_apiserver import WIDGET_CRD
+
+    crds = tmp_path / "crds"
+    crds.mkdir()
+    columns = [{"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+               {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}]
+    crd = {**WIDGET_CRD, "spec": {**WIDGET_CRD["spec"], "versions": [
+        {**WIDGET_CRD["spec"]["versions"][0], "additionalPrinterColumns": columns}]}}
+    (crds / "widgets.yaml").write_text(yaml.safe_dump(crd))
+    root = tmp_path / "cluster"
+    manifest = tmp_path / "objects.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        {"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "big"}, "spec": {"size": 12}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": ["python", "-c", "print('hi')"]}]}},
+    ]))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "bad"},
+                                   "spec": {"size": 0}}))
+    for attempt in range(2):  # a second start gets a fresh API and a cleaned root
+        with LocalCluster(root, crds_dir=crds) as cluster:
+            assert cluster.kubeconfig.exists() and (root / ".ascend-local-cluster").exists()
+            cli = ["--root", str(root)]
+            assert main(cli + ["apply", "-f", str(manifest)]) == 0
+            assert "widget.example.dev/big created" in capsys.readouterr().out
+            assert main(cli + ["apply", "-f", str(bad)]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith('Error from server: Widget.example.dev "bad" is invalid: spec.size: Invalid value: 0')
+            assert "Traceback" not in err
+            assert main(cli + ["get", "wg"]) == 0
+            lines = capsys.readouterr().out.splitlines()
+            assert lines[0].split() == ["NAME", "PHASE", "SIZE", "AGE"] and lines[1].split()[:3] == ["big", "<none>", "12"]
+            core = client.CoreV1Api(cluster.runner._api_client)
+            wait_for(lambda: core.read_namespaced_pod("hello", "default"), lambda p: p.status.phase == "Succeeded")
+            assert main(cli + ["logs", "hello"]) == 0 and capsys.readouterr().out == "hi\n"
+            assert main(cli + ["delete", "widget", "big"]) == 0
+            assert main(cli + ["get", "widgets"]) == 0 and "No resources found" in capsys.readouterr().out
+    assert main(["--root", str(root), "get", "pods"]) == 1  # stopped: the CLI says so without a traceback
+    assert "cannot reach the local cluster" in capsys.readouterr().err

@@ -676,9 +676,9 @@ class LocalKubernetesApi(KubernetesEmulator):
                     await asyncio.wait_for(wake.wait(), timeout=min(remaining, 5.0))
                 except asyncio.TimeoutError:
                     pass
+            await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
-            return response
-        await response.write_eof()
+            pass  # the client went away, or the server is stopping
         return response
 
     def close_watches(self) -> None:

@@ -1,0 +1,272 @@
+"""``ascend-train``: run the embedded local cluster and talk to it.
+
+    ascend-train local up                      API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
+    ascend-train apply -f FILE                 create or update every document of FILE
+    ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
+    ascend-train delete KIND NAME
+    ascend-train logs POD                      the pod's container output
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+
+from .cluster import LocalCluster
+from .printing import table
+from .resource_client import ApiRequestError, ApiResource, ResourceClient
+from .runner import read_logs
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class UsageError(Exception):
+    """An expected problem, printed as one line without a traceback."""
+
+
+def _load_documents(path: str) -> list[dict[str, Any]]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid YAML: {exc}") from None
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict) or not doc.get("kind") or not (doc.get("metadata") or {}).get("name"):
+            raise UsageError(f"{path}: document {index + 1} needs kind and metadata.name")
+    return docs
+
+
+def _client(root: str) -> ResourceClient:
+    kubeconfig = Path(root) / "kubeconfig"
+    if not kubeconfig.exists():
+        raise UsageError(f"no local cluster under {root}/ (start one with `ascend-train local up`)")
+    return ResourceClient(kubeconfig)
+
+
+def _is_custom(r: ApiResource) -> bool:
+    return bool(r.group) and not r.group.endswith("k8s.io")
+
+
+def apply_file(resources: ResourceClient, path: str, namespace: str) -> list[tuple[ApiResource, dict[str, Any]]]:
+    applied = []
+    for doc in _load_documents(path):
+        obj, action = resources.apply(doc, namespace)
+        r = resources.for_object(doc)
+        print(f"{r.kind.lower()}.{r.group or 'core'}/{obj['metadata']['name']} {action}")
+        applied.append((r, obj))
+    return applied
+
+
+def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, Any]]],
+            with_age: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    by_type: dict[ApiResource, list[dict[str, Any]]] = {}
+    current = []
+    for r, obj in jobs:
+        meta = obj["metadata"]
+        try:
+            latest = resources.get(r, meta["name"], meta.get("namespace"))
+        except ApiRequestError as exc:
+            if exc.status != 404:
+                raise
+            latest = {**obj, "status": {"phase": "Failed", "message": "deleted"}}
+        by_type.setdefault(r, []).append(latest)
+        current.append(latest)
+    blocks = []
+    for r, objects in by_type.items():
+        columns = resources.printer_columns(r)
+        if not with_age:
+            columns = [c for c in columns if c.get("type") != "date"]
+        blocks.append(table(objects, columns, age_column=with_age))
+    return "\n\n".join(blocks), current
+
+
+def demo(args: argparse.Namespace) -> int:
+    _load_documents(args.file)  # a bad file fails before anything starts
+    started = time.monotonic()
+    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device)) as cluster:
+        print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
+              f"to use kubectl), operator log {cluster.operator_log}")
+        resources = cluster.client()
+        try:
+            applied = apply_file(resources, args.file, args.namespace)
+            jobs = [(r, obj) for r, obj in applied if _is_custom(r)]
+            if not jobs:
+                raise UsageError(f"{args.file} holds no custom resources to follow")
+            last_key, current = None, []
+            deadline = started + args.timeout
+            while True:
+                key, _ = _tables(resources, jobs, with_age=False)
+                text, current = _tables(resources, jobs)
+                if key != last_key:
+                    print(f"\n[{time.monotonic() - started:6.1f}s]\n{text}", flush=True)
+                    last_key = key
+                if all((o.get("status") or {}).get("phase") in TERMINAL_PHASES for o in current):
+                    break
+                if cluster.operator is not None and cluster.operator.poll() is not None:
+                    tail = cluster.operator_log.read_text(errors="replace")[-3000:]
+                    raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
+                                     f"last lines of {cluster.operator_log}:\n{tail}")
+                if time.monotonic() > deadline:
+                    raise UsageError(f"timed out after {args.timeout:.0f}s; jobs: " + ", ".join(
+                        f"{o['metadata']['name']}={(o.get('status') or {}).get('phase', 'Pending')}" for o in current))
+                time.sleep(1.0)
+        finally:
+            resources.close()
+        succeeded = [o for o in current if o["status"]["phase"] == "Succeeded"]
+        for obj in current:
+            print(f"\n--- {obj['kind']} {obj['metadata']['name']} status\n"
+                  + yaml.safe_dump(obj.get("status"), sort_keys=False).rstrip())
+        print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
+              f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
+        return 0 if len(succeeded) == len(current) else 1
+
+
+def up(args: argparse.Namespace) -> int:
+    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device)) as cluster:
+        print(f"local cluster up at {cluster.api_server.url}\n"
+              f"  kubeconfig: {cluster.kubeconfig}\n"
+              f"  try:        export KUBECONFIG={cluster.kubeconfig}; kubectl get atj,pods\n"
+              f"  or:         ascend-train apply -f examples/quickstart.yaml; ascend-train get atj\n"
+              f"Ctrl-C stops it.", flush=True)
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        try:
+            while not stop:
+                if cluster.operator is not None and cluster.operator.poll() is not None:
+                    raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
+                                     f"see {cluster.operator_log}")
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        print("stopping the local cluster")
+    return 0
+
+
+def apply(args: argparse.Namespace) -> int:
+    resources = _client(args.root)
+    try:
+        apply_file(resources, args.file, args.namespace)
+    finally:
+        resources.close()
+    return 0
+
+
+def get(args: argparse.Namespace) -> int:
+    resources = _client(args.root)
+    try:
+        r = resources.resolve(args.kind)
+        namespace = None if args.all_namespaces or not r.namespaced else args.namespace
+        if args.name:
+            print(yaml.safe_dump(resources.get(r, args.name, namespace), sort_keys=False).rstrip())
+            return 0
+        objects = resources.list(r, namespace)
+        if not objects:
+            print(f"No resources found{f' in {namespace} namespace' if namespace else ''}.")
+            return 0
+        columns = resources.printer_columns(r)
+        if r.kind == "Pod" and not columns:
+            columns = [{"name": "Status", "jsonPath": ".status.phase"},
+                       {"name": "Restarts", "jsonPath": ".status.containerStatuses[0].restartCount"},
+                       {"name": "IP", "jsonPath": ".status.podIP"}]
+        print(table(objects, columns, with_namespace=args.all_namespaces and r.namespaced))
+    finally:
+        resources.close()
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    resources = _client(args.root)
+    try:
+        r = resources.resolve(args.kind)
+        resources.delete(r, args.name, args.namespace if r.namespaced else None)
+        print(f'{r.kind.lower()}.{r.group or "core"} "{args.name}" deleted')
+    finally:
+        resources.close()
+    return 0
+
+
+def logs(args: argparse.Namespace) -> int:
+    path = Path(args.root) / "pods" / args.namespace / args.pod
+    if not path.is_dir():
+        raise UsageError(f'pod "{args.pod}" has no logs under {path.parent}/ (not started yet, or another namespace?)')
+    sys.stdout.write(read_logs(Path(args.root), args.namespace, args.pod))
+    return 0
+
+
+def _capacity(devices: list[str]) -> dict[str, int]:
+    capacity = {}
+    for item in devices or []:
+        name, _, count = item.partition("=")
+        if not count.isdigit():
+            raise UsageError(f"--device wants NAME=COUNT, e.g. huawei.com/Ascend910=8 (got {item!r})")
+        capacity[name] = int(count)
+    return capacity
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ascend-train", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=".local-cluster", help="local cluster directory (default: %(default)s)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
+        dest="local_command", required=True)
+    for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
+                             ("demo", demo, "up, apply a file and follow its jobs to the end")):
+        sub = local.add_parser(name, help=text)
+        sub.add_argument("--device", action="append", default=[], metavar="NAME=COUNT",
+                         help="extended resources the local node offers, e.g. huawei.com/Ascend910=8")
+        sub.set_defaults(func=func)
+        if name == "up":
+            sub.add_argument("--no-operator", action="store_true", help="API and pod runner only")
+        else:
+            sub.add_argument("--file", "-f", required=True, help="YAML with one or more documents")
+            sub.add_argument("--timeout", type=float, default=900.0, help="seconds (default: %(default)s)")
+            sub.add_argument("--namespace", "-n", default="default")
+    sub = commands.add_parser("apply", help="create or update every document of a file")
+    sub.add_argument("-f", "--file", required=True)
+    sub.set_defaults(func=apply)
+    sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
+    sub.add_argument("kind")
+    sub.add_argument("name", nargs="?")
+    sub.add_argument("-A", "--all-namespaces", action="store_true")
+    sub.set_defaults(func=get)
+    sub = commands.add_parser("delete", help="delete one object")
+    sub.add_argument("kind")
+    sub.add_argument("name")
+    sub.set_defaults(func=delete)
+    sub = commands.add_parser("logs", help="a pod's container output")
+    sub.add_argument("pod")
+    sub.set_defaults(func=logs)
+    for name in ("apply", "get", "delete", "logs"):
+        commands.choices[name].add_argument("-n", "--namespace", default="default")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except ApiRequestError as exc:
+        print(f"Error from server: {exc.message}", file=sys.stderr)
+    except urllib3.exceptions.MaxRetryError as exc:
+        print(f"error: cannot reach the local cluster ({exc.reason}); is `ascend-train local up` running?",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
