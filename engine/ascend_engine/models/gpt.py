@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from ..config.train import ModelConfig, ParallelConfig
 from ..device import applied_backend
+from .init import init_layout_independent
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtype: torch.dtype = torch.float32,
@@ -59,15 +60,22 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtyp
 
 
 def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: int,
-                    params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None):
-    """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state)."""
+                    params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None,
+                    seed: int | None = None):
+    """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state).
+
+    With ``seed`` the weights come from ``init_layout_independent`` (the same model under any TP/PP layout)
+    instead of Megatron's per-rank initialisation.
+    """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    # Megatron still initialises (with CPU initialisation it sets the tensor-parallel attributes, which grad-norm
+    # and our re-initialisation rely on, only while initialising).
     config = transformer_config(model, parallel, params_dtype, recompute_granularity)
     spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
-    return GPTModel(
+    gpt = GPTModel(
         config=config,
         transformer_layer_spec=spec,
         vocab_size=model.padded_vocab_size(parallel.tensorModelParallelSize),
@@ -78,3 +86,7 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
         position_embedding_type=model.positionEmbeddingType,
         rotary_base=int(model.rotaryBase),
     )
+    if seed is not None:
+        init_layout_independent(gpt, model, seed, parallel.tensorModelParallelSize,
+                                parallel_state.get_tensor_model_parallel_rank())
+    return gpt

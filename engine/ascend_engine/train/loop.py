@@ -58,7 +58,7 @@ class Trainer:
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed)
         self.dtype = DTYPES[t.precision]
-        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity)
+        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed)
         gpt.to(backend.torch_device)
         config = gpt.config
         module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
