@@ -144,6 +144,22 @@ def test_custom_values_reach_the_pod(chart, monkeypatch):
     assert "--verbose" in container["args"]
 
 
+def test_the_operator_reads_the_metrics_port_the_chart_sets(chart, monkeypatch):
+    import importlib
+
+    from ascend_operator import settings
+
+    _, container = _operator_container(render(chart, {"metrics": {"port": 9555}}))
+    for item in container["env"]:
+        if "value" in item:
+            monkeypatch.setenv(item["name"], item["value"])
+    try:
+        assert importlib.reload(settings).METRICS_PORT == 9555
+    finally:
+        monkeypatch.undo()
+        importlib.reload(settings)
+
+
 def test_metrics_service_and_monitors(chart):
     docs = render(chart, MONITORS)
     (service,) = by_kind(docs, "Service")

@@ -77,9 +77,9 @@ def test_chart_grants_every_verb_the_operator_uses(values, namespaces):
 
 def test_a_new_verb_in_the_operator_is_caught():
     """What the check reports when the operator starts calling something the chart does not grant."""
-    new_call = {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}
+    new_call = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
     for values, namespaces in (({}, None), ({"watch": {"clusterWide": False, "namespaces": WATCHED}}, WATCHED)):
-        assert ungranted(rules() + [new_call], rendered_rbac(values), namespaces) == {("", "pods", "delete")}
+        assert ungranted(rules() + [new_call], rendered_rbac(values), namespaces) == {("", "secrets", "get")}
 
 
 def test_namespaced_install_grants_nothing_namespaced_cluster_wide():
