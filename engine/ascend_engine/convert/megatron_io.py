@@ -154,13 +154,29 @@ class MegatronReader:
         if key not in self.index:
             raise CheckpointFileError(f"{self.root}: checkpoint has no tensor {key}")
         stage, local = self.index[key]
-        shards = []
+        lazy = []
         for f in self.files[stage]:
             value = self._state(f).get(local)
             if not isinstance(value, LazyTensor):
                 raise CheckpointFileError(f"{f.path}: {local} is missing or not a tensor")
-            shards.append(value.meta() if meta else value.load())
-        return merge(shards, split_kind(key, self.model), key)
+            lazy.append(value)
+        kind = split_kind(key, self.model)
+        if meta:
+            return merge([t.meta() for t in lazy], kind, key)
+        if kind in ("column", "vocab") and len(lazy) > 1 and all(t.contiguous for t in lazy):
+            return self._read_stacked(lazy)
+        return merge([t.load() for t in lazy], kind, key)
+
+    @staticmethod
+    def _read_stacked(shards: list[LazyTensor]) -> torch.Tensor:
+        """Dim-0 shards read straight into their rows of the whole tensor: no second copy of a big embedding."""
+        rows = sum(t.shape[0] for t in shards)
+        out = torch.empty((rows, *shards[0].shape[1:]), dtype=shards[0].dtype)
+        start = 0
+        for t in shards:
+            t.read_into(out[start:start + t.shape[0]])
+            start += t.shape[0]
+        return out
 
 
 def dtype_from_name(name: str | None) -> torch.dtype | None:

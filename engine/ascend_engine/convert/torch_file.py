@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import struct
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -78,12 +79,10 @@ class StreamingTorchWriter:
         tensor = tensor.detach().to("cpu").contiguous()
         key = str(self._next)
         self._next += 1
-        storage = tensor.untyped_storage()
-        if tensor.storage_offset() or storage.nbytes() != tensor.numel() * tensor.element_size():
-            tensor = tensor.clone()  # a view of a bigger buffer: write only its own bytes
-            storage = tensor.untyped_storage()
-        self._zip.write_record(f"data/{key}", storage, storage.nbytes())
-        self.bytes_written += storage.nbytes()
+        nbytes = tensor.numel() * tensor.element_size()
+        # From the tensor's own address: a TP chunk is written in place, without copying it out of the whole.
+        self._zip.write_record(f"data/{key}", tensor.data_ptr() if nbytes else b"", nbytes)
+        self.bytes_written += nbytes
         return _SavedTensor(_StorageRef(key, tensor.dtype, tensor.numel()), tuple(tensor.shape))
 
     def close(self, obj: Any) -> None:
@@ -108,14 +107,23 @@ class LazyTensor:
     def meta(self) -> torch.Tensor:
         return torch.empty(self.shape, dtype=self.dtype, device="meta")
 
+    @property
+    def contiguous(self) -> bool:
+        return self.offset == 0 and self.stride == tuple(torch.empty(self.shape, device="meta").stride())
+
     def load(self) -> torch.Tensor:
-        raw = self.reader.record(self.storage.key)
-        expected = self.storage.numel * torch._utils._element_size(self.dtype)
-        if len(raw) != expected:
-            raise CheckpointFileError(f"{self.reader.path}: record data/{self.storage.key} has {len(raw)} bytes, "
-                                      f"expected {expected}")
-        flat = torch.frombuffer(raw, dtype=self.dtype) if raw else torch.empty(0, dtype=self.dtype)
+        out = torch.empty(self.shape, dtype=self.dtype)
+        if self.contiguous and out.numel() == self.storage.numel:
+            self.read_into(out)
+            return out
+        flat = torch.empty(self.storage.numel, dtype=self.dtype)
+        self.read_into(flat)
         return flat.as_strided(self.shape, self.stride, self.offset).clone()
+
+    def read_into(self, out: torch.Tensor) -> None:
+        """Fill a contiguous tensor with this record's bytes, straight from the file (no intermediate copy)."""
+        self.reader.read_record(self.storage.key, out.view(torch.uint8).reshape(-1).numpy() if out.numel() else None,
+                                self.storage.numel * torch._utils._element_size(self.dtype))
 
 
 class LazyTorchFile:
@@ -154,11 +162,24 @@ class LazyTorchFile:
         except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, AttributeError, ImportError, ValueError) as e:
             raise CheckpointFileError(f"{self.path}: cannot unpickle data.pkl ({e})") from e
 
-    def record(self, key: str) -> bytearray:
+    def read_record(self, key: str, out, nbytes: int) -> None:
+        """Read record ``data/<key>`` into the writable buffer ``out``. torch writes records uncompressed, so the
+        bytes are read in place from their offset; sizes are checked, CRCs are not (that would mean a second pass)."""
         name = f"{self._prefix}data/{key}"
-        if name not in self._names:
-            raise CheckpointFileError(f"{self.path}: missing record {name}")
         try:
-            return bytearray(self._zip.read(name))
-        except (zipfile.BadZipFile, OSError) as e:
-            raise CheckpointFileError(f"{self.path}: corrupt record {name} ({e})") from e
+            info = self._zip.getinfo(name)
+        except KeyError:
+            raise CheckpointFileError(f"{self.path}: missing record {name}") from None
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != nbytes:
+            raise CheckpointFileError(f"{self.path}: record {name} has {info.file_size} bytes, expected {nbytes}")
+        if not nbytes:
+            return
+        with self.path.open("rb") as f:
+            f.seek(info.header_offset)
+            local = f.read(30)
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                raise CheckpointFileError(f"{self.path}: corrupt zip entry for {name}")
+            name_len, extra_len = struct.unpack("<HH", local[26:30])
+            f.seek(info.header_offset + 30 + name_len + extra_len)
+            if f.readinto(memoryview(out).cast("B")) != nbytes:
+                raise CheckpointFileError(f"{self.path}: truncated record {name}")
