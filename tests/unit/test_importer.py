@@ -209,3 +209,14 @@ def test_cli_writes_a_manifest_the_train_command_accepts(tmp_path, capsys):
 def test_cli_reports_an_unreadable_script(tmp_path, capsys):
     assert engine_main(["import-script", str(tmp_path / "missing.sh")]) == 2
     assert "missing.sh: cannot read script" in capsys.readouterr().err
+
+
+def test_importing_a_script_needs_no_torch():
+    """import-script runs where torch is absent (a laptop, the operator image): it must not import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ascend_engine.importer.job import import_script; "
+            f"import_script(open({str(SCRIPTS / FIXTURES[0])!r}).read(), 'x.sh'); "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
