@@ -26,7 +26,7 @@ PRETRAIN_HANDLERS = ("GeneralPretrainHandler",)
 PAIRWISE_HANDLERS = ("AlpacaStylePairwiseHandler", "SharegptStylePairwiseHandler")
 
 # The built-in chat templates are data files shipped next to the preprocessing code.
-BUILTIN_TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prep" / "templates"
+BUILTIN_TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prep" / "chat_templates"
 
 
 def builtin_prompt_types() -> list[str]:

@@ -1,4 +1,4 @@
-"""Chat templates as data: built-ins in ``templates/<name>.json``, users' own in a JSON/YAML file.
+"""Chat templates as data: built-ins in ``chat_templates/<name>.json``, users' own in a JSON/YAML file.
 
 A template is a handful of strings with ``{content}``, ``{bos}`` and ``{eos}`` placeholders. A conversation
 renders into turns of (prompt pieces, reply pieces); each piece is tokenized on its own, so special tokens

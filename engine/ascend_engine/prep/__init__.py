@@ -1,0 +1,1 @@
+"""``ascend-engine preprocess``: raw records -> Megatron indexed datasets (see README.md here)."""
