@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="master port (default $MASTER_PORT)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait before giving up")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between attempts")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run once the master answers")
+    parser.add_argument("then", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- then the command to run once the master answers")
 
 
 def reachable(addr: str, port: int, timeout: float) -> str | None:
@@ -57,7 +57,7 @@ def wait(addr: str, port: int, timeout: float, interval: float) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.then[1:] if args.then[:1] == ["--"] else args.then
     if not args.addr:
         print("wait-for-master: no --addr and no MASTER_ADDR", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ The operator reads these metrics from rank 0 on a timer and copies them into the
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -34,21 +35,26 @@ class Metrics:
 
         self.registry = CollectorRegistry()
         self._gauges = {name: Gauge(name, field, registry=self.registry) for name, field in METRIC_NAMES.items()}
+        self.values: dict[str, float] = {}
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
         from prometheus_client import start_http_server
 
         start_http_server(port, addr=addr or os.environ.get("POD_IP") or "0.0.0.0", registry=self.registry)
+        # The endpoint dies with the process; the last figures outlive it as the termination message.
+        atexit.register(lambda: _REPORTED or report_result(dict(self.values)))
 
     def set(self, **fields: float) -> None:
         by_field = {f: n for n, f in METRIC_NAMES.items()}
         for field, value in fields.items():
             if value is not None:
                 self._gauges[by_field[field]].set(float(value))
+                self.values[field] = value
 
 
 _SERVING: Metrics | None = None
+_REPORTED = False
 
 # Where Kubernetes takes a container's final message from (the pod's terminationMessagePath).
 TERMINATION_LOG_ENV = "ASCEND_TERMINATION_LOG"
@@ -74,6 +80,8 @@ def serve_metrics_from_env() -> None:
 def report_result(result: dict[str, Any]) -> None:
     """Leave the command's final figures where the operator reads them: the container's termination message
     (Kubernetes caps it at 4 KiB, so keep it to counts and paths)."""
+    global _REPORTED
+    _REPORTED = True
     path = os.environ.get(TERMINATION_LOG_ENV)
     if path:
         with open(path, "w") as f:

@@ -189,12 +189,21 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
     return mounts
 
 
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # the Pod API's default terminationMessagePath
+
+
+def termination_message_file(pod_dir: Path) -> Path:
+    return pod_dir / "termination-log"
+
+
 def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
                      ips: IpAllocator) -> ContainerLaunch:
     """The argv, env and cwd of the pod's first container, with all the rewrites applied."""
     namespace = pod["metadata"]["namespace"]
     container = (pod.get("spec") or {}).get("containers", [{}])[0]
     mounts = prepare_volumes(pod, pod_dir, cluster_root, lookup, ips.map_dns)
+    # The kubelet bind-mounts a file for the container's final message; here it is a file in the pod's dir.
+    mounts[container.get("terminationMessagePath", TERMINATION_MESSAGE_PATH)] = termination_message_file(pod_dir)
     translate = PathTranslator(mounts)
 
     def rewrite(text: str) -> str:

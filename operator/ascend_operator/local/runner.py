@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from .pod_environment import IpAllocator, PodSetupError, container_launch
+from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +265,19 @@ class PodRunner:
         self._patch_status(pod, self._status(pod, running, running_state={"startedAt": running.started_at},
                                              phase="Running", image=container.get("image", "")))
 
+    def _termination_message(self, pod: dict[str, Any], code: int) -> str:
+        """What a kubelet reports as the final message: the file (4 KiB at most), or with FallbackToLogsOnError
+        and a failure, the log's tail."""
+        path = termination_message_file(self._pod_dir(pod))
+        text = path.read_text(errors="replace")[:4096] if path.exists() else ""
+        path.unlink(missing_ok=True)  # a restarted container starts with an empty file
+        container = (pod.get("spec") or {}).get("containers", [{}])[0]
+        if not text and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            log = pod_log_path(self.root, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            lines = log.read_text(errors="replace").splitlines()[-80:] if log.exists() else []
+            text = "\n".join(lines)[-2048:]
+        return text
+
     def _exited(self, pod: dict[str, Any], running: RunningContainer, code: int, start_error: str = "") -> None:
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
         terminated: dict[str, Any] = {"startedAt": running.started_at, "finishedAt": now_rfc3339(),
@@ -276,6 +289,8 @@ class PodRunner:
             terminated.update(exitCode=code, reason="Completed" if code == 0 else "Error")
         if start_error:
             terminated.update(reason="StartError", message=start_error)
+        elif message := self._termination_message(pod, code):
+            terminated["message"] = message
         running.process = None
         restart = policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0)
         if restart:
