@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 
@@ -23,9 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kopf.configure(verbose=args.verbose)
+    kopf.configure(verbose=args.verbose)  # kopf sets up logging itself (one line per record)
     kopf.run(
         clusterwide=args.all_namespaces or not args.namespace,
         namespaces=args.namespace,
