@@ -48,10 +48,11 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int) -> ParallelInfo
 
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     if not torch.distributed.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29500")
+        timeout = timedelta(minutes=_env_int("ASCEND_DIST_TIMEOUT_MIN", 30))
+        # Started without torchrun: a world of one needs no TCP rendezvous (and no port that may be taken).
+        store = torch.distributed.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else None
         torch.distributed.init_process_group(backend=backend.dist_backend, rank=rank, world_size=world_size,
-                                             timeout=timedelta(minutes=_env_int("ASCEND_DIST_TIMEOUT_MIN", 30)))
+                                             timeout=timeout, store=store)
     if world_size % (tp * pp):
         raise ValueError(f"world size {world_size} is not divisible by tp x pp = {tp} x {pp}")
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)

@@ -46,6 +46,7 @@ class Trainer:
     """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
 
     def __init__(self, cfg: TrainConfig, backend: Backend):
+        backend.apply()  # before the first Megatron import
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed import finalize_model_grads
         from megatron.core.transformer.module import Float16Module
