@@ -6,7 +6,9 @@ failure is counted in ``ascend_operator_api_errors``.
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
+import uuid
 from functools import cached_property
 from typing import Any, Callable, TypeVar
 
@@ -137,3 +139,22 @@ class Kube:
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         _retrying(lambda: self.custom.patch_namespaced_custom_object_status(
             API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status}))
+
+    @uses("", "events", "create")
+    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """A core/v1 Event on one of our objects (``kubectl describe`` shows it); losing one is not fatal."""
+        meta = obj["metadata"]
+        at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "firstTimestamp": at, "lastTimestamp": at, "count": 1,
+            "source": {"component": "ascend-train-operator"}, "reportingComponent": "ascend-train-operator",
+        }
+        try:
+            _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body))
+        except ApiException:
+            pass  # counted in ascend_operator_api_errors; the status carries the same message

@@ -4,6 +4,7 @@ Served on ``settings.METRICS_PORT`` by ``serve`` (called once at operator start-
 """
 from __future__ import annotations
 
+import logging
 import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -38,5 +39,10 @@ def job_phase(kind: str, namespace: str, name: str, phase: str | None) -> None:
 
 
 def serve(port: int) -> None:
-    if port:
+    """Serve /metrics; a port already taken is logged, not fatal (the operator's work matters more)."""
+    if not port:
+        return
+    try:
         start_http_server(port, registry=REGISTRY)
+    except OSError as e:
+        logging.getLogger(__name__).error("operator metrics not served on port %d: %s", port, e)

@@ -6,6 +6,7 @@ cluster would report.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -38,7 +39,11 @@ def operator(local_api, api_client, tmp_path):
     ext = client.ApiextensionsV1Api(api_client)
     for path in sorted(CRDS.glob("*.yaml")):
         ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-    env = dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), ASCEND_OPERATOR_PROGRESS_INTERVAL="1")
+    with socket.socket() as s:  # a free port for the operator's own metrics
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
+    env = dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), ASCEND_OPERATOR_PROGRESS_INTERVAL="1",
+               ASCEND_OPERATOR_METRICS_PORT=str(metrics_port))
     log = open(tmp_path / "operator.log", "w")
 
     def start():
@@ -46,8 +51,9 @@ def operator(local_api, api_client, tmp_path):
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
 
     procs = [start()]
-    yield type("Operator", (), {"restart": lambda self: (procs[-1].terminate(), procs[-1].wait(10),
-                                                          procs.append(start()))})()
+    yield type("Operator", (), {"metrics_url": f"http://127.0.0.1:{metrics_port}/metrics",
+                                "restart": lambda self: (procs[-1].terminate(), procs[-1].wait(10),
+                                                         procs.append(start()))})()
     for p in procs:
         p.terminate()
         p.wait(10)

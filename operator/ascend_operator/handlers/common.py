@@ -4,7 +4,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, TypeVar
 
-import kopf
 from pydantic import BaseModel, ValidationError
 
 from ascend_engine.config.loader import format_validation_error
@@ -31,5 +30,5 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
         conditions = set_condition([], "Failed", "True", "InvalidSpec", message, at)
         kube().patch_status(kind, namespace, name, {"phase": "Failed", "conditions": conditions,
                                                     "completionTime": at})
-        kopf.warn(body, reason="InvalidSpec", message=message)
+        kube().post_event(body, "InvalidSpec", message, warning=True)
         return None

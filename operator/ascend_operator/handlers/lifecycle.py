@@ -80,7 +80,7 @@ def _policy(obj: dict[str, Any]) -> RunPolicy:
 
 
 def _event(obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-    kopf.event(obj, type="Warning" if warning else "Normal", reason=reason, message=message)
+    kube().post_event(obj, reason, message, warning)
 
 
 def _delete_pods(namespace: str, pods: list[dict[str, Any]]) -> int:

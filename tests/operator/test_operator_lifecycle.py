@@ -1,0 +1,245 @@
+"""Every lifecycle transition, with the operator as a real process against the loopback API.
+
+The test plays the kubelet (patching pod status and exit codes), exactly as a cluster would report them.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+
+from test_operator_train_job import (GROUP, PLURAL, VERSION, get_job, job, operator,  # noqa: F401
+                                     pods_of, set_pod_phase, wait_for)
+
+pytestmark = pytest.mark.operator
+
+
+def create(api_client, body, plural=PLURAL):
+    return client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, VERSION, "default", plural, body)
+
+
+def phase_is(api_client, name, phase, plural=PLURAL):
+    def check():
+        obj = client.CustomObjectsApi(api_client).get_namespaced_custom_object(GROUP, VERSION, "default", plural, name)
+        status = obj.get("status") or {}
+        return status if status.get("phase") == phase else None
+    return wait_for(check, what=f"{name} {phase}")
+
+
+def run_all(api_client, name, n=2):
+    for i in range(n):
+        set_pod_phase(api_client, f"{name}-{i}", "Running")
+
+
+def events_of(api_client, name):
+    items = client.CoreV1Api(api_client).list_namespaced_event("default").items
+    return [(e.reason, e.message) for e in items if e.involved_object.name == name]
+
+
+def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api_client):
+    create(api_client, job("rt", runPolicy={"backoffLimit": 2},
+                           train={"parallel": {"tensorModelParallelSize": 2},
+                                  "checkpoint": {"save": "/ckpt/rt", "saveInterval": 5}}))
+    first = wait_for(lambda: len(pods_of(api_client, "rt")) == 2 and pods_of(api_client, "rt"), what="pods")
+    config = client.CoreV1Api(api_client).read_namespaced_config_map("rt-config", "default").data["config.yaml"]
+    assert "load: /ckpt/rt" in config  # the restarted engine resumes from its own checkpoints
+    run_all(api_client, "rt")
+    phase_is(api_client, "rt", "Running")
+    set_pod_phase(api_client, "rt-1", "Failed", exit_code=137)  # SIGKILL: OOM kill, node loss
+    restarting = phase_is(api_client, "rt", "Restarting")
+    assert restarting["restarts"] == 1
+    cond = next(c for c in restarting["conditions"] if c["type"] == "Restarting")
+    assert cond["status"] == "True" and "gang restart 1/2" in cond["message"] and "exit code 137" in cond["message"]
+    second = wait_for(lambda: (p := pods_of(api_client, "rt")) and len(p) == 2 and
+                      {x.metadata.uid for x in p}.isdisjoint({x.metadata.uid for x in first}) and p,
+                      what="both pods replaced")
+    assert len(second) == 2
+    run_all(api_client, "rt")
+    running = phase_is(api_client, "rt", "Running")
+    assert running["restarts"] == 1
+    assert {c["type"]: c["status"] for c in running["conditions"]}["Restarting"] == "False"
+    assert any(reason == "GangRestart" for reason, _ in events_of(api_client, "rt"))
+    # A deleted pod is not silently recreated: the policy restarts the gang (restart 2 of 2) ...
+    client.CoreV1Api(api_client).delete_namespaced_pod("rt-0", "default")
+    assert phase_is(api_client, "rt", "Restarting")["restarts"] == 2
+    wait_for(lambda: len(pods_of(api_client, "rt")) == 2, what="pods again")
+    # ... and the next failure exceeds backoffLimit.
+    set_pod_phase(api_client, "rt-0", "Failed", exit_code=143)
+    failed = phase_is(api_client, "rt", "Failed")
+    assert next(c for c in failed["conditions"] if c["type"] == "Failed")["reason"] == "BackoffLimitExceeded"
+    # cleanPodPolicy Running (the default): no zombie left holding devices.
+    wait_for(lambda: all(p.status.phase not in ("Pending", "Running") for p in pods_of(api_client, "rt")),
+             what="running pods cleaned")
+
+
+def test_permanent_exit_code_fails_without_retry(operator, api_client):
+    create(api_client, job("perm", runPolicy={"backoffLimit": 5, "cleanPodPolicy": "All"}))
+    wait_for(lambda: len(pods_of(api_client, "perm")) == 2, what="pods")
+    run_all(api_client, "perm")
+    set_pod_phase(api_client, "perm-0", "Failed", exit_code=1)
+    failed = phase_is(api_client, "perm", "Failed")
+    assert failed.get("restarts", 0) == 0
+    message = next(c for c in failed["conditions"] if c["type"] == "Failed")["message"]
+    assert "exit code 1" in message and "permanent" in message
+    wait_for(lambda: pods_of(api_client, "perm") == [], what="cleanPodPolicy All")
+
+
+def test_listed_exit_code_is_retried(operator, api_client):
+    create(api_client, job("listed", runPolicy={"retryableExitCodes": [3]}))
+    wait_for(lambda: len(pods_of(api_client, "listed")) == 2, what="pods")
+    set_pod_phase(api_client, "listed-1", "Failed", exit_code=3)
+    assert phase_is(api_client, "listed", "Restarting")["restarts"] == 1
+
+
+def test_suspend_removes_pods_and_resume_recreates_them(operator, api_client):
+    custom = client.CustomObjectsApi(api_client)
+    create(api_client, job("sus", runPolicy={"suspend": True}))
+    suspended = phase_is(api_client, "sus", "Suspended")
+    assert pods_of(api_client, "sus") == []  # Kueue-style: created suspended, no pods until admitted
+    assert {c["type"]: c["status"] for c in suspended["conditions"]}["Suspended"] == "True"
+    custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "sus",
+                                          {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(lambda: len(pods_of(api_client, "sus")) == 2, what="pods after resume")
+    run_all(api_client, "sus")
+    phase_is(api_client, "sus", "Running")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "sus",
+                                          {"spec": {"runPolicy": {"suspend": True}}})
+    phase_is(api_client, "sus", "Suspended")
+    wait_for(lambda: pods_of(api_client, "sus") == [], what="pods removed")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "sus",
+                                          {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(lambda: len(pods_of(api_client, "sus")) == 2, what="pods after second resume")
+    resumed = get_job(api_client, "sus")["status"]
+    assert resumed.get("restarts", 0) == 0 and resumed["phase"] == "Pending"
+    reasons = [r for r, _ in events_of(api_client, "sus")]
+    assert "Suspended" in reasons and "Pending" in reasons
+
+
+def test_ttl_deletes_the_finished_job_and_what_it_created(operator, api_client):
+    created = create(api_client, job("ttl", runPolicy={"ttlSecondsAfterFinished": 1, "cleanPodPolicy": "None"}))
+    assert not created["metadata"].get("finalizers")
+    wait_for(lambda: len(pods_of(api_client, "ttl")) == 2, what="pods")
+    assert not get_job(api_client, "ttl")["metadata"].get("finalizers")  # deletion never waits for us
+    for i in range(2):
+        set_pod_phase(api_client, f"ttl-{i}", "Succeeded", exit_code=0)
+    phase_is(api_client, "ttl", "Succeeded")
+    custom = client.CustomObjectsApi(api_client)
+    wait_for(lambda: not any(o["metadata"]["name"] == "ttl" for o in
+                             custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"]),
+             what="job deleted after its TTL")
+    wait_for(lambda: pods_of(api_client, "ttl") == [], what="pods collected with their owner")
+
+
+def test_active_deadline_fails_the_job(operator, api_client):
+    create(api_client, job("late", runPolicy={"activeDeadlineSeconds": 2}))
+    failed = phase_is(api_client, "late", "Failed")
+    assert next(c for c in failed["conditions"] if c["type"] == "Created")["status"] == "True"
+    assert next(c for c in failed["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
+    wait_for(lambda: pods_of(api_client, "late") == [], what="pending pods cleaned")
+
+
+def test_worker_that_never_reaches_the_master_gives_a_clear_condition(operator, api_client):
+    create(api_client, job("lonely", runPolicy={"backoffLimit": 0}, masterWaitSeconds=5))
+    pods = wait_for(lambda: len(pods_of(api_client, "lonely")) == 2 and pods_of(api_client, "lonely"), what="pods")
+    assert pods[1].spec.containers[0].command[:2] == ["ascend-engine", "wait-for-master"]
+    report = '{"status":"Failed","reason":"MasterUnreachable","message":"master lonely-0.lonely.default.svc:29500' \
+             ' not reachable after 5s: lonely-0.lonely.default.svc does not resolve"}'
+    status = {"phase": "Failed", "containerStatuses": [{
+        "name": "engine", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+        "state": {"terminated": {"exitCode": 124, "reason": "Error", "message": report}}}]}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status("lonely-1", "default", {"status": status})
+    failed = phase_is(api_client, "lonely", "Failed")
+    cond = next(c for c in failed["conditions"] if c["type"] == "Failed")
+    assert cond["reason"] == "MasterUnreachable" and "does not resolve" in cond["message"]
+
+
+def _prep(name):
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DatasetPrep", "metadata": {"name": name},
+            "spec": {"image": "engine:test", "prep": {"input": "/data/raw.jsonl", "outputPrefix": "/data/alpaca",
+                                                      "tokenizerNameOrPath": "/models/tok"}}}
+
+
+def _convert(name, **spec):
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CheckpointConvert", "metadata": {"name": name},
+            "spec": {"image": "engine:test", **spec}}
+
+
+def _succeed_single_pod(api_client, name, outputs):
+    import json
+    status = {"phase": "Succeeded", "containerStatuses": [{
+        "name": "engine", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": json.dumps(outputs)}}}]}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(f"{name}-0", "default", {"status": status})
+
+
+def test_pipeline_waits_for_its_dependencies_then_uses_their_outputs(operator, api_client):
+    sft = job("sft", datasetPrepRef="prep", checkpointConvertRef="hf2mg",
+              train={"parallel": {"tensorModelParallelSize": 2}, "checkpoint": {"save": "/ckpt/sft"}})
+    create(api_client, sft)
+    waiting = phase_is(api_client, "sft", "Pending")
+    cond = wait_for(lambda: next((c for c in get_job(api_client, "sft")["status"]["conditions"]
+                                  if c["type"] == "DependenciesReady"), None), what="DependenciesReady")
+    assert cond["status"] == "False" and "DatasetPrep prep (spec.datasetPrepRef) does not exist yet" in cond["message"]
+    assert waiting and pods_of(api_client, "sft") == []
+    create(api_client, _prep("prep"), "datasetpreps")
+    create(api_client, _convert("hf2mg", convert={"loadDir": "/models/hf", "saveDir": "/ckpt/mcore"}),
+           "checkpointconverts")
+    export = _convert("mg2hf", trainJobRef="sft", convert={"loadModelType": "mg", "saveModelType": "hf",
+                                                           "saveDir": "/models/out", "modelTypeHf": "qwen3"})
+    create(api_client, export, "checkpointconverts")
+    wait_for(lambda: len(pods_of(api_client, "prep")) == 1, what="prep pod")
+    _succeed_single_pod(api_client, "prep", {"status": "Succeeded", "outputPrefix": "/data/alpaca",
+                                             "datasets": ["/data/alpaca_packed"]})
+    phase_is(api_client, "prep", "Succeeded", "datasetpreps")
+    time.sleep(1.5)
+    assert pods_of(api_client, "sft") == []  # still waiting for the conversion
+    _succeed_single_pod(api_client, "hf2mg", {"status": "Succeeded"})
+    wait_for(lambda: len(pods_of(api_client, "sft")) == 2, what="training pods once both succeeded")
+    import yaml
+    config = yaml.safe_load(client.CoreV1Api(api_client).read_namespaced_config_map("sft-config", "default")
+                            .data["config.yaml"])
+    assert config["data"]["dataPath"] == ["/data/alpaca_packed"]
+    assert config["checkpoint"]["load"] == "/ckpt/mcore" and config["checkpoint"]["finetune"] is True
+    assert pods_of(api_client, "mg2hf") == []  # the export waits for training
+    for i in range(2):
+        set_pod_phase(api_client, f"sft-{i}", "Succeeded", exit_code=0)
+    wait_for(lambda: len(pods_of(api_client, "mg2hf")) == 1, what="export pod")
+    exported = yaml.safe_load(client.CoreV1Api(api_client).read_namespaced_config_map("mg2hf-config", "default")
+                              .data["config.yaml"])
+    assert exported["loadDir"] == "/ckpt/sft" and exported["saveModelType"] == "hf"
+
+
+def test_a_failed_dependency_fails_the_job(operator, api_client):
+    create(api_client, _convert("broken", convert={"loadDir": "/models/hf", "saveDir": "/ckpt/x"}),
+           "checkpointconverts")
+    create(api_client, job("needs", checkpointConvertRef="broken"))
+    wait_for(lambda: len(pods_of(api_client, "broken")) == 1, what="convert pod")
+    set_pod_phase(api_client, "broken-0", "Failed", exit_code=2)
+    failed = phase_is(api_client, "needs", "Failed")
+    cond = next(c for c in failed["conditions"] if c["type"] == "Failed")
+    assert cond["reason"] == "DependencyFailed" and "CheckpointConvert broken" in cond["message"]
+
+
+@pytest.mark.parametrize("spec,message", [
+    ({"datasetPrepRef": "p", "train": {"parallel": {"tensorModelParallelSize": 2}, "data": {"dataPath": ["/d"]}}},
+     "datasetPrepRef and train.data.dataPath exclude each other"),
+    ({"checkpointConvertRef": "c", "train": {"parallel": {"tensorModelParallelSize": 2},
+                                             "checkpoint": {"load": "/x"}}},
+     "checkpointConvertRef and train.checkpoint.load exclude each other"),
+    ({"volcanoQueue": "q"}, "volcanoQueue needs gangScheduling: volcano"),
+    ({"runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit"),
+    ({"runPolicy": {"cleanPodPolicy": "Some"}}, "spec.runPolicy.cleanPodPolicy"),
+])
+def test_invalid_specs_are_rejected_with_their_message(operator, api_client, spec, message):
+    from kubernetes.client.rest import ApiException
+    with pytest.raises(ApiException) as err:
+        create(api_client, job("bad", **spec))
+    assert err.value.status == 422 and message in err.value.body
+
+
+def test_convert_needs_exactly_one_source(operator, api_client):
+    from kubernetes.client.rest import ApiException
+    with pytest.raises(ApiException) as err:
+        create(api_client, _convert("none", convert={"saveDir": "/x"}), "checkpointconverts")
+    assert "set exactly one of convert.loadDir and trainJobRef" in err.value.body
