@@ -1,0 +1,126 @@
+"""Restart decisions by exit code, deadline, TTL, cleanPodPolicy and pipeline resolution: pure, no cluster."""
+import datetime as dt
+
+import pytest
+
+from ascend_operator.api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB
+from ascend_operator.api.run_policy import RunPolicy
+from ascend_operator.api.single_pod import CheckpointConvertSpec
+from ascend_operator.api.train_job import AscendTrainJobSpec
+from ascend_operator.handlers.dependencies import DependencyError, Ref, readiness, refs, resolve
+from ascend_operator.status import derive
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def pod(index, phase, exit_code=None, **meta):
+    status = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}]
+    return {"metadata": {"name": f"j-{index}", "labels": {"ascendtrain.dev/replica-index": str(index)}, **meta},
+            "status": status}
+
+
+CREATED = {"phase": "Running", "conditions": [{"type": "Created", "status": "True", "reason": "Created",
+                                               "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+
+@pytest.mark.parametrize("code,listed,retryable", [
+    (1, [], False), (127, [], False), (3, [3], True), (128, [], True), (137, [], True), (143, [], True),
+    (None, [], True),
+])
+def test_exit_codes_split_into_retryable_and_permanent(code, listed, retryable):
+    assert RunPolicy(retryableExitCodes=listed).is_retryable(code) is retryable
+
+
+def test_retryable_failure_restarts_until_the_backoff_limit():
+    policy = RunPolicy(backoffLimit=1)
+    first = derive([pod(0, "Running"), pod(1, "Failed", 137)], 2, CREATED, policy, T0)
+    assert first["phase"] == "Restarting" and first["restarts"] == 1
+    # Old pods terminating, none created yet: still Restarting, no second restart counted.
+    gone = derive([pod(0, "Failed", 137, deletionTimestamp="x")], 2, first, policy, T0)
+    assert gone["phase"] == "Restarting" and gone["restarts"] == 1
+    back = derive([pod(0, "Running"), pod(1, "Running")], 2, gone, policy, T0)
+    assert back["phase"] == "Running" and back["restarts"] == 1
+    assert {c["type"]: c["status"] for c in back["conditions"]}["Restarting"] == "False"
+    again = derive([pod(0, "Failed", 137), pod(1, "Running")], 2, back, policy, T0)
+    assert again["phase"] == "Failed" and again["restarts"] == 1
+    assert next(c for c in again["conditions"] if c["type"] == "Failed")["reason"] == "BackoffLimitExceeded"
+
+
+def test_permanent_code_wins_over_a_retryable_one():
+    status = derive([pod(0, "Failed", 137), pod(1, "Failed", 2)], 2, CREATED, RunPolicy(backoffLimit=5), T0)
+    assert status["phase"] == "Failed" and status.get("restarts", 0) == 0
+    assert "exit code 2" in next(c for c in status["conditions"] if c["type"] == "Failed")["message"]
+
+
+def test_a_deleted_pod_is_a_failure_not_a_silent_recreation():
+    status = derive([pod(0, "Running")], 2, CREATED, RunPolicy(), T0)
+    assert status["phase"] == "Restarting" and status["restarts"] == 1
+    assert next(c for c in status["conditions"] if c["type"] == "Restarting")["reason"] == "PodDeleted"
+
+
+def test_deadline_counts_from_pod_creation():
+    policy = RunPolicy(activeDeadlineSeconds=60)
+    running = [pod(0, "Running")]
+    assert derive(running, 1, CREATED, policy, T0 + dt.timedelta(seconds=59))["phase"] == "Running"
+    late = derive(running, 1, CREATED, policy, T0 + dt.timedelta(seconds=61))
+    assert late["phase"] == "Failed"
+    assert next(c for c in late["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_ttl_and_clean_pod_policy():
+    policy = RunPolicy(ttlSecondsAfterFinished=30)
+    assert not policy.ttl_expired("2026-01-01T00:00:00Z", T0 + dt.timedelta(seconds=29))
+    assert policy.ttl_expired("2026-01-01T00:00:00Z", T0 + dt.timedelta(seconds=30))
+    assert not RunPolicy().ttl_expired("2026-01-01T00:00:00Z", T0 + dt.timedelta(days=9))
+    pods = [pod(0, "Running"), pod(1, "Pending"), pod(2, "Succeeded"), pod(3, "Failed", 1)]
+    names = lambda ps: [p["metadata"]["name"] for p in ps]  # noqa: E731
+    assert names(RunPolicy(cleanPodPolicy="Running").pods_to_clean(pods)) == ["j-0", "j-1"]
+    assert names(RunPolicy(cleanPodPolicy="All").pods_to_clean(pods)) == ["j-0", "j-1", "j-2", "j-3"]
+    assert RunPolicy(cleanPodPolicy="None").pods_to_clean(pods) == []
+
+
+def _train(**spec):
+    return AscendTrainJobSpec.model_validate({"image": "x", "train": {"checkpoint": {"save": "/ckpt"}}, **spec})
+
+
+def _obj(phase, spec=None, outputs=None):
+    return {"spec": spec or {}, "status": {"phase": phase, **({"outputs": outputs} if outputs else {})}}
+
+
+def test_readiness_names_what_it_waits_for():
+    prep, conv = Ref(DATASET_PREP, "p", "datasetPrepRef"), Ref(CHECKPOINT_CONVERT, "c", "checkpointConvertRef")
+    assert readiness({prep: None, conv: _obj("Running")}) == (
+        "Waiting", "waiting for DatasetPrep p (spec.datasetPrepRef) does not exist yet; CheckpointConvert c is Running")
+    assert readiness({prep: _obj("Failed"), conv: _obj("Succeeded")})[0] == "Failed"
+    assert readiness({prep: _obj("Succeeded"), conv: _obj("Succeeded")})[0] == "Ready"
+
+
+def test_outputs_become_data_path_and_checkpoint_load():
+    spec = _train(datasetPrepRef="p", checkpointConvertRef="c")
+    found = {r: None for r in refs(spec)}
+    [prep, conv] = found
+    found[prep] = _obj("Succeeded", {"prep": {"outputPrefix": "/d/a"}}, {"datasets": ["/d/a_packed"]})
+    found[conv] = _obj("Succeeded", {"convert": {"saveModelType": "mg", "saveDir": "/mcore"}})
+    fresh = resolve(spec, found, {})
+    assert fresh.train.data.dataPath == ["/d/a_packed"]
+    assert fresh.train.checkpoint.load == "/mcore" and fresh.train.checkpoint.finetune
+    assert spec.train.checkpoint.load is None  # the stored spec is untouched
+    # After a restart with a checkpoint of its own, the job resumes from it, not from the converted base.
+    resumed = resolve(spec, found, {"progress": {"lastCheckpointIteration": 20}})
+    assert resumed.train.checkpoint.load is None and not resumed.train.checkpoint.finetune
+    found[conv] = _obj("Succeeded", {"convert": {"saveModelType": "hf", "saveDir": "/hf"}})
+    with pytest.raises(DependencyError, match="needs a Megatron one"):
+        resolve(spec, found, {})
+
+
+def test_export_reads_the_training_jobs_checkpoint():
+    spec = CheckpointConvertSpec.model_validate({"image": "x", "trainJobRef": "sft", "convert": {
+        "loadModelType": "mg", "saveModelType": "hf", "saveDir": "/out", "modelTypeHf": "qwen3"}})
+    [ref] = refs(spec)
+    assert ref.kind is TRAIN_JOB
+    done = resolve(spec, {ref: _obj("Succeeded", {"train": {"checkpoint": {"save": "/ckpt/sft"}}})}, {})
+    assert done.convert.engine_config().loadDir == "/ckpt/sft"
+    with pytest.raises(DependencyError, match="no train.checkpoint.save"):
+        resolve(spec, {ref: _obj("Succeeded", {"train": {}})}, {})

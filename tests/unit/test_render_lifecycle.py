@@ -1,0 +1,69 @@
+"""What the lifecycle renders: wait-for-master on workers, resume from save, gang PodGroups, host ports."""
+import yaml
+
+from ascend_operator.api.train_job import AscendTrainJobSpec
+from ascend_operator.render import host_ports
+from ascend_operator.render import train_job as render
+
+
+def _spec(**overrides):
+    base = {"image": "engine:1", "nnodes": 4, "nprocPerNode": 1, "train": {}}
+    base.update(overrides)
+    base["train"] = {"training": {"globalBatchSize": 8}, **base["train"]}
+    return AscendTrainJobSpec.model_validate(base)
+
+
+def test_workers_wait_for_the_master_then_run_torchrun():
+    spec = _spec(masterWaitSeconds=90)
+    master, worker = render.pod("j", "ns", spec, 0), render.pod("j", "ns", spec, 1)
+    assert master["spec"]["containers"][0]["command"][0] == "torchrun"
+    command = worker["spec"]["containers"][0]["command"]
+    assert command[:6] == ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
+                           "--timeout=90", "--"]
+    assert command[6:] == master["spec"]["containers"][0]["command"]
+
+
+def test_load_defaults_to_save_so_restarts_resume():
+    config = lambda spec: yaml.safe_load(render.engine_config_map("j", spec)["data"]["config.yaml"])  # noqa: E731
+    assert config(_spec(train={"checkpoint": {"save": "/ckpt"}}))["checkpoint"]["load"] == "/ckpt"
+    assert config(_spec(train={"checkpoint": {"save": "/ckpt", "load": "/base"}}))["checkpoint"]["load"] == "/base"
+    assert "load" not in config(_spec())["checkpoint"]
+
+
+def test_volcano_gang_scheduling():
+    spec = _spec(gangScheduling="volcano", volcanoQueue="research", priorityClassName="high")
+    objects = render.objects("j", "ns", spec)
+    [group] = [o for o in objects if o["kind"] == "PodGroup"]
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert group["spec"] == {"minMember": 4, "queue": "research", "priorityClassName": "high"}
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert [o["kind"] for o in objects].index("PodGroup") < [o["kind"] for o in objects].index("Pod")
+    for p in pods:
+        assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "j"
+        assert p["spec"]["schedulerName"] == "volcano"
+
+
+def test_coscheduling_gang_scheduling_keeps_the_chosen_scheduler():
+    spec = _spec(gangScheduling="coscheduling", schedulerName="scheduler-plugins-scheduler")
+    objects = render.objects("j", "ns", spec)
+    [group] = [o for o in objects if o["kind"] == "PodGroup"]
+    assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" and group["spec"] == {"minMember": 4}
+    for p in (o for o in objects if o["kind"] == "Pod"):
+        assert p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "j"
+        assert p["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+    assert not any(o["kind"] == "PodGroup" for o in render.objects("j", "ns", _spec()))
+
+
+def test_host_network_pods_and_port_blocks_never_overlap():
+    pod = render.pod("j", "ns", _spec(hostNetwork=True), 0)
+    assert pod["spec"]["hostNetwork"] is True and pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    blocks = host_ports.blocks_in(40000, 49999, 64)
+    taken: set[int] = set()
+    for i in range(blocks):  # every job gets a block of its own until the range is full
+        taken.add(host_ports.choose_block(f"uid-{i}", taken, blocks))
+    assert len(taken) == blocks
+    first, second = host_ports.ports(0, 40000, 64), host_ports.ports(1, 40000, 64)
+    assert first == {"block": 0, "masterPort": 40000, "metricsPort": 40001, "hcclIfBasePort": 40016}
+    assert second["masterPort"] == 40064 > first["hcclIfBasePort"]
+    # Stable: the same uid asks for the same block after an operator restart.
+    assert host_ports.choose_block("abc", set(), blocks) == host_ports.choose_block("abc", set(), blocks)
