@@ -67,3 +67,17 @@ def test_host_network_pods_and_port_blocks_never_overlap():
     assert second["masterPort"] == 40064 > first["hcclIfBasePort"]
     # Stable: the same uid asks for the same block after an operator restart.
     assert host_ports.choose_block("abc", set(), blocks) == host_ports.choose_block("abc", set(), blocks)
+
+
+def test_pipeline_example_validates_against_the_models():
+    from pathlib import Path
+
+    from ascend_operator.api.resources import RESOURCES
+    from ascend_operator.handlers.dependencies import refs
+
+    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml").read_text()))
+    specs = {d["metadata"]["name"]: RESOURCES[d["kind"]].spec.model_validate(d["spec"]) for d in docs}
+    assert [d["kind"] for d in docs] == ["DatasetPrep", "CheckpointConvert", "AscendTrainJob", "CheckpointConvert"]
+    named = {name: [(r.kind.kind, r.name) for r in refs(spec)] for name, spec in specs.items()}
+    assert named["sft"] == [("DatasetPrep", "alpaca-prep"), ("CheckpointConvert", "qwen3-hf2mcore")]
+    assert named["qwen3-mcore2hf"] == [("AscendTrainJob", "sft")]
