@@ -80,11 +80,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed afterwards)")
     parser.add_argument("--layers", type=int, default=14)
+    parser.add_argument("--make-only", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.make_only:
+        print(make_model(Path(opts.make_only), opts.layers))
+        return
     work = Path(opts.workdir or tempfile.mkdtemp(prefix="convert-bench-"))
     try:
         t0 = time.perf_counter()
-        params = make_model(work / "hf", opts.layers)
+        # Made in a child: a child's peak RSS starts from its parent's at fork, so this process stays small.
+        made = subprocess.run([sys.executable, __file__, "--make-only", str(work / "hf"), "--layers", str(opts.layers)],
+                              check=True, capture_output=True, text=True)
+        params = int(made.stdout.split()[-1])
         size = folder_bytes(work / "hf")
         print(f"model: {params / 1e9:.2f}B parameters, {size / 1e9:.2f} GB fp32 safetensors "
               f"(made in {time.perf_counter() - t0:.0f} s)")

@@ -80,8 +80,9 @@ class StreamingTorchWriter:
         key = str(self._next)
         self._next += 1
         nbytes = tensor.numel() * tensor.element_size()
-        # From the tensor's own address: a TP chunk is written in place, without copying it out of the whole.
-        self._zip.write_record(f"data/{key}", tensor.data_ptr() if nbytes else b"", nbytes)
+        if tensor.storage_offset() or tensor.untyped_storage().nbytes() != nbytes:
+            tensor = tensor.clone()  # a TP chunk of a bigger tensor: the writer takes whole storages only
+        self._zip.write_record(f"data/{key}", tensor.untyped_storage(), nbytes)
         self.bytes_written += nbytes
         return _SavedTensor(_StorageRef(key, tensor.dtype, tensor.numel()), tuple(tensor.shape))
 
