@@ -60,6 +60,11 @@ def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api
     assert running["restarts"] == 1
     assert {c["type"]: c["status"] for c in running["conditions"]}["Restarting"] == "False"
     assert any(reason == "GangRestart" for reason, _ in events_of(api_client, "rt"))
+    import urllib.request
+    served = urllib.request.urlopen(operator.metrics_url, timeout=5).read().decode()
+    assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob"} 1.0' in served
+    assert 'ascend_operator_jobs{kind="AscendTrainJob",phase="Running"} 1.0' in served
+    assert "ascend_operator_reconcile_seconds_count" in served
     # A deleted pod is not silently recreated: the policy restarts the gang (restart 2 of 2) ...
     client.CoreV1Api(api_client).delete_namespaced_pod("rt-0", "default")
     assert phase_is(api_client, "rt", "Restarting")["restarts"] == 2
@@ -123,12 +128,13 @@ def test_ttl_deletes_the_finished_job_and_what_it_created(operator, api_client):
     assert not get_job(api_client, "ttl")["metadata"].get("finalizers")  # deletion never waits for us
     for i in range(2):
         set_pod_phase(api_client, f"ttl-{i}", "Succeeded", exit_code=0)
-    phase_is(api_client, "ttl", "Succeeded")
     custom = client.CustomObjectsApi(api_client)
     wait_for(lambda: not any(o["metadata"]["name"] == "ttl" for o in
                              custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"]),
              what="job deleted after its TTL")
     wait_for(lambda: pods_of(api_client, "ttl") == [], what="pods collected with their owner")
+    reasons = [r for r, _ in events_of(api_client, "ttl")]
+    assert reasons.index("Succeeded") < reasons.index("Deleted")
 
 
 def test_active_deadline_fails_the_job(operator, api_client):

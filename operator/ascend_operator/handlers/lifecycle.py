@@ -264,5 +264,7 @@ def register(job: JobKind) -> None:
             reconcile(job, namespace, name)
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_KIND: kind.kind}, id=f"pods-of-{kind.singular}")
-    def pod_changed(labels, namespace, **_) -> None:
+    def pod_changed(type, labels, namespace, **_) -> None:
+        if type in (None, "ADDED"):  # we just created it (or kopf is listing at start-up: the job events cover it)
+            return
         reconcile(job, namespace, labels[LABEL_JOB_NAME])
