@@ -165,6 +165,25 @@ class DataConfig(EngineModel):
     """Train/valid/test split of each dataset."""
     mockData: Annotated[bool, Flag("--mock-data")] = False
     """Train on synthetic data (a learnable repeating token pattern); implied when dataPath is empty."""
+    isInstructionDataset: Annotated[bool, Flag("--is-instruction-dataset")] = False
+    """dataPath holds instruction data (<prefix>_packed_{input_ids,attention_mask,labels}_document): the loss
+    counts only tokens whose label is not -100 (the responses)."""
+    variableSeqLengths: Annotated[bool, Flag("--variable-seq-lengths")] = False
+    """Instruction data: pad each micro-batch only to its longest sample (rounded up to padToMultipleOf, at most
+    seqLength) instead of to seqLength."""
+    padToMultipleOf: Annotated[PositiveInt, Flag("--pad-to-multiple-of")] = 8
+    """Instruction data with variableSeqLengths: round micro-batch lengths up to a multiple of this."""
+    neatPack: Annotated[bool, Flag("--neat-pack")] = False
+    """Instruction data prepared with neatPack: attention and positions stay inside each packed sample (the
+    attention mask numbers the samples 1..k, 0 for padding)."""
+
+    @model_validator(mode="after")
+    def _instruction_only(self) -> "DataConfig":
+        for name in ("variableSeqLengths", "neatPack"):
+            if getattr(self, name) and not self.isInstructionDataset:
+                raise ValueError(f"{name} applies to instruction data: set isInstructionDataset "
+                                 "(--is-instruction-dataset)")
+        return self
 
 
 class CheckpointConfig(EngineModel):

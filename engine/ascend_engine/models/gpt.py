@@ -14,7 +14,8 @@ from .init import init_layout_independent
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtype: torch.dtype = torch.float32,
-                       recompute_granularity: str | None = None):
+                       recompute_granularity: str | None = None, variable_seq_lengths: bool = False,
+                       token_positions: bool = False):
     from megatron.core.transformer import TransformerConfig
 
     recompute = {}
@@ -55,17 +56,23 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtyp
         persist_layer_norm=False,
         deallocate_pipeline_outputs=True,
         attention_softmax_in_fp32=True,
+        variable_seq_lengths=variable_seq_lengths,
+        # Megatron refuses variable lengths with the (MoE-only) allgather dispatcher; these models have no MoE.
+        moe_token_dispatcher_type="alltoall" if variable_seq_lengths else "allgather",
+        mrope_section=[model.head_dim // 2] if token_positions and model.positionEmbeddingType == "rope" else None,
         **recompute,
     )
 
 
 def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: int,
                     params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None,
-                    seed: int | None = None):
+                    seed: int | None = None, variable_seq_lengths: bool = False, token_positions: bool = False):
     """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state).
 
     With ``seed`` the weights come from ``init_layout_independent`` (the same model under any TP/PP layout)
-    instead of Megatron's per-rank initialisation.
+    instead of Megatron's per-rank initialisation. ``variable_seq_lengths`` lets micro-batches differ in length
+    (pipeline stages then exchange shapes first). ``token_positions`` makes RoPE read each token's position from
+    ``position_ids`` (packed samples restart at 0) instead of assuming 0..s-1; see ``rope_positions``.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -73,7 +80,8 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
 
     # Megatron still initialises (with CPU initialisation it sets the tensor-parallel attributes, which grad-norm
     # and our re-initialisation rely on, only while initialising).
-    config = transformer_config(model, parallel, params_dtype, recompute_granularity)
+    config = transformer_config(model, parallel, params_dtype, recompute_granularity, variable_seq_lengths,
+                                token_positions)
     spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
     gpt = GPTModel(
         config=config,
@@ -83,10 +91,22 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
         pre_process=parallel_state.is_pipeline_first_stage(),
         post_process=parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=not model.untieEmbeddingsAndOutputWeights,
-        position_embedding_type=model.positionEmbeddingType,
+        position_embedding_type="mrope" if config.mrope_section else model.positionEmbeddingType,
         rotary_base=int(model.rotaryBase),
     )
     if seed is not None:
         init_layout_independent(gpt, model, seed, parallel.tensorModelParallelSize,
                                 parallel_state.get_tensor_model_parallel_rank())
     return gpt
+
+
+def rope_positions(gpt, position_ids: torch.Tensor) -> torch.Tensor:
+    """``position_ids`` [b, s] in the form the model reads them.
+
+    Megatron's plain RoPE ignores ``position_ids`` (it rotates by 0..s-1). Its multimodal RoPE takes explicit
+    positions per token as [3, b, s] (temporal, height, width); with one section covering every rotary channel
+    and the same positions in all three rows it is plain RoPE at the given positions, bit for bit.
+    """
+    if getattr(gpt, "position_embedding_type", None) == "mrope":
+        return position_ids.unsqueeze(0).expand(3, -1, -1)
+    return position_ids

@@ -7,15 +7,15 @@ count of consumed samples.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-Sample = dict[str, torch.Tensor]
+Batch = dict[str, torch.Tensor]
 
 
-def micro_batches(sample: Callable[[int], Sample], consumed: int, micro: int, dp: int, dp_rank: int,
-                  num_micro: int) -> Iterator[Sample]:
+def micro_batches(sample: Callable[[int], Any], collate: Callable[[list], Batch], consumed: int, micro: int,
+                  dp: int, dp_rank: int, num_micro: int) -> Iterator[Batch]:
     for k in range(num_micro):
         first = consumed + (k * dp + dp_rank) * micro
-        rows = [sample(first + j) for j in range(micro)]
-        yield {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
+        yield collate([sample(first + j) for j in range(micro)])

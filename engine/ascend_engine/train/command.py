@@ -35,6 +35,7 @@ def load_config(args: argparse.Namespace) -> TrainConfig:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     from ..checkpoint.training import CheckpointMismatch
+    from ..data.sources import DataError
     from ..device import select_backend
     from .loop import train
 
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         result = train(cfg, select_backend(cfg.device))
     except CheckpointMismatch as e:
         print(f"ascend-engine train: cannot load checkpoint: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"ascend-engine train: bad training data: {e}", file=sys.stderr)
         return 2
     if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
         print("ascend-engine train: training produced no finite loss", file=sys.stderr)

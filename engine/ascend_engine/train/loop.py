@@ -12,7 +12,6 @@ from ..device import Backend
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress
 from .logline import StepStats, flops_per_step, format_line
-from .synthetic import synthetic_sample
 from .batches import micro_batches
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -51,6 +50,7 @@ class Trainer:
         from megatron.core.distributed import finalize_model_grads
         from megatron.core.transformer.module import Float16Module
 
+        from ..data.build import build_train_data
         from ..models.gpt import build_gpt_model
         from .optim import build_optimizer
 
@@ -59,7 +59,9 @@ class Trainer:
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed)
         self.dtype = DTYPES[t.precision]
-        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed)
+        self.data = build_train_data(cfg)
+        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
+                              variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
         gpt.to(backend.torch_device)
         config = gpt.config
         module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
@@ -92,19 +94,28 @@ class Trainer:
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
             t.seqLength, t.globalBatchSize, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
+        self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
 
     # ------------------------------------------------------------ one step
 
-    def _sample(self, index: int):
-        m, t = self.cfg.model, self.cfg.training
-        return synthetic_sample(index, t.seqLength, m.vocabSize, t.seed)
-
     def _forward_step(self, data_iterator, model):
+        from ..models.gpt import rope_positions
+
         batch = next(data_iterator)
         device = self.backend.torch_device
         tokens = batch["tokens"].to(device)
-        position_ids = torch.arange(tokens.shape[1], device=device).unsqueeze(0).expand_as(tokens)
-        output = model(tokens, position_ids, None, labels=batch["labels"].to(device))
+        if int(tokens.max()) >= self.vocab_size:
+            from ..data.sources import DataError
+
+            raise DataError(f"data.dataPath: token id {int(tokens.max())} is outside the model's vocabulary "
+                            f"({self.vocab_size}); set model.vocabSize / paddedVocabSize for this tokenizer")
+        position_ids = batch.get("position_ids")
+        if position_ids is None:
+            position_ids = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
+        attention_mask = batch.get("attention_mask")
+        output = model(tokens, rope_positions(unwrap(model), position_ids.to(device)),
+                       attention_mask.to(device) if attention_mask is not None else None,
+                       labels=batch["labels"].to(device))
         return output, partial(_loss_func, batch["loss_mask"].to(device))
 
     def train_step(self) -> tuple[float, float | None, bool]:
@@ -114,8 +125,8 @@ class Trainer:
         t = self.cfg.training
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        data = micro_batches(self._sample, self.consumed, t.microBatchSize, self.info.dp, self.info.dp_rank,
-                             self.num_micro)
+        data = micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize, self.info.dp,
+                             self.info.dp_rank, self.num_micro)
         losses = get_forward_backward_func()(
             forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
             num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,

@@ -1,0 +1,55 @@
+"""The training data of a run: the blended datasets of ``dataPath`` (or synthetic tokens) and their batching."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+import torch
+
+from ..config.train import TrainConfig
+from .batch import instruction_batch, pretrain_batch
+from .blend import Blend
+from .instruction import InstructionDataset
+from .pretrain import PretrainDataset
+from .sources import parse_data_path
+
+
+class TrainData:
+    """``sample(i)`` is sample ``i`` of the whole run (any rank can read any sample); ``batch(rows)`` collates."""
+
+    def __init__(self, datasets: list, weights: list[float], batch: Callable[[list], dict[str, torch.Tensor]]):
+        self.datasets, self.blend, self.batch = datasets, Blend(weights), batch
+
+    def sample(self, index: int) -> dict[str, np.ndarray]:
+        d, k = self.blend[index]
+        return self.datasets[d][k]
+
+
+class SyntheticData:
+    """The learnable repeating pattern of ``train/synthetic.py``, when no dataPath is given."""
+
+    def __init__(self, cfg: TrainConfig):
+        from ..train.synthetic import synthetic_sample
+
+        t = cfg.training
+        self.sample = partial(synthetic_sample, seq_length=t.seqLength, vocab_size=cfg.model.vocabSize, seed=t.seed)
+
+    @staticmethod
+    def batch(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        return {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
+
+
+def build_train_data(cfg: TrainConfig) -> TrainData | SyntheticData:
+    d, t = cfg.data, cfg.training
+    if d.mockData or not d.dataPath:
+        return SyntheticData(cfg)
+    sources = parse_data_path(d.dataPath, d.isInstructionDataset)
+    if d.isInstructionDataset:
+        datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix) for s in sources]
+        batch = partial(instruction_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
+                        pad_to_multiple_of=d.padToMultipleOf, neat_pack=d.neatPack)
+    else:
+        datasets = [PretrainDataset(s.files["text"], t.seqLength, t.seed, d.split, s.prefix) for s in sources]
+        batch = pretrain_batch
+    return TrainData(datasets, [s.weight for s in sources], batch)
