@@ -32,4 +32,6 @@ def megatron_args(cfg: TrainConfig, world_size: int, iteration: int, consumed_tr
         clip_grad=o.clipGrad, adam_beta1=o.adamBeta1, adam_beta2=o.adamBeta2, adam_eps=o.adamEps,
         transformer_impl="local", iteration=iteration, consumed_train_samples=consumed_train_samples,
         consumed_valid_samples=0,
+        lora_r=cfg.lora.loraR, lora_alpha=cfg.lora.loraAlpha, lora_dropout=cfg.lora.loraDropout,
+        lora_target_modules=list(cfg.lora.loraTargetModules),
     )

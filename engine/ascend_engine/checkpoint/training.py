@@ -3,6 +3,9 @@
 The file is Megatron-LM's: ``model``, ``args``, ``optimizer``, ``opt_param_scheduler``, ``rng_state`` (one entry
 per data-parallel rank), ``iteration``; the distributed optimizer's sharded state goes to ``distrib_optim.pt``
 next to it, as Megatron-LM's legacy torch format does.
+
+With LoRA the file's ``model`` holds only the adapters. ``checkpoint.load`` is then the frozen base (weights
+only, whatever iteration it is at) and ``lora.loraLoad`` the adapter run to resume.
 """
 from __future__ import annotations
 
@@ -64,9 +67,14 @@ def save_training_checkpoint(trainer):
     distributed = cfg.parallel.useDistributedOptimizer
     state = None
     if info.dp_rank == 0:
+        model = unwrap(trainer.model).state_dict_for_save_checkpoint()
+        if cfg.lora.enabled:
+            from ..models.lora import adapter_state
+
+            model = adapter_state(model)
         state = {
             "args": megatron_args(cfg, info.world_size, trainer.iteration, trainer.consumed),
-            "model": unwrap(trainer.model).state_dict_for_save_checkpoint(),
+            "model": model,
             "optimizer": trainer.optimizer.state_dict(),
             "opt_param_scheduler": trainer.scheduler.state_dict(),
             "rng_state": rngs,
@@ -91,45 +99,89 @@ def _check_layout(args, cfg, where) -> None:
                 f"`ascend-engine convert` (mcore -> mcore) or match the config")
 
 
-def load_training_checkpoint(trainer) -> int | None:
-    """Restore what ``cfg.checkpoint`` asks for; returns the iteration loaded (None when there is none yet).
-
-    ``finetune`` loads weights only and starts at iteration 0; ``loadOptim``/``loadRng`` false skip those parts.
-    A missing tracker file is not an error (the first run of a job that saves to the same folder).
-    """
-    from ..train.loop import unwrap
-
+def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
+    """(iteration, folder, state) of this rank in ``root``'s latest checkpoint; None when there is none yet."""
     cfg, info = trainer.cfg, trainer.info
-    ck = cfg.checkpoint
-    iteration = read_latest(ck.load)
+    iteration = read_latest(root)
     if iteration is None:
         if info.rank == 0:
-            print(f"no checkpoint in {ck.load} (no latest_checkpointed_iteration.txt): training from scratch",
+            print(f"no checkpoint in {root} (no latest_checkpointed_iteration.txt): starting fresh",
                   file=sys.stderr, flush=True)
         return None
-    folder = checkpoint_dir(ck.load, iteration, info.tp_rank, info.pp_rank, info.pp)
+    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp)
     path = folder / MODEL_FILE
     if not path.is_file():
         raise CheckpointMismatch(f"{path}: missing; the checkpoint does not have this run's tensor/pipeline layout")
     state = torch.load(path, map_location="cpu", weights_only=False)
     if "args" in state:
         _check_layout(state["args"], cfg, path)
-    unwrap(trainer.model).load_state_dict(state["model"], strict=True)
+    return iteration, folder, state
 
-    resume = not ck.finetune and iteration != RELEASE
-    if resume and ck.loadOptim and "optimizer" in state:
+
+def _load_model(trainer, state: dict, where, adapters: bool) -> None:
+    """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present."""
+    from ..models.lora import is_adapter_key
+    from ..train.loop import unwrap
+
+    gpt = unwrap(trainer.model)
+    expected = {k for k in gpt.state_dict() if is_adapter_key(k) == adapters and not k.endswith("._extra_state")}
+    given = {k: v for k, v in state["model"].items() if is_adapter_key(k) == adapters}
+    missing = sorted(expected - set(given))
+    if missing:
+        what = "adapter" if adapters else "model"
+        raise CheckpointMismatch(f"{where}: {what} tensors missing, e.g. {missing[0]} ({len(missing)} in all); "
+                                 "check loraTargetModules and the model shape")
+    result = gpt.load_state_dict(given, strict=False)
+    unexpected = [k for k in result.unexpected_keys if not k.endswith("._extra_state")]
+    if unexpected:
+        raise CheckpointMismatch(f"{where}: tensors this model does not have, e.g. {unexpected[0]}")
+
+
+def _resume(trainer, iteration, folder, state) -> None:
+    """Optimizer, scheduler, RNG, iteration and data position, as ``cfg.checkpoint`` allows."""
+    cfg, info, ck = trainer.cfg, trainer.info, trainer.cfg.checkpoint
+    if ck.loadOptim and "optimizer" in state:
         trainer.optimizer.load_state_dict(state["optimizer"])
         if cfg.parallel.useDistributedOptimizer:
             trainer.optimizer.load_parameter_state(str(folder / DISTRIB_OPTIM_FILE))
         trainer.scheduler.load_state_dict(state["opt_param_scheduler"])
-    else:
-        trainer.optimizer.reload_model_params()  # copy the loaded weights into fp32 main params
-    if resume and ck.loadRng and "rng_state" in state:
+    if ck.loadRng and "rng_state" in state:
         rngs = state["rng_state"]
         set_rng_state(rngs[info.dp_rank] if len(rngs) == info.dp else rngs[0])
-    if resume:
-        trainer.iteration = int(state["iteration"])
-        trainer.consumed = int(getattr(state.get("args"), "consumed_train_samples", trainer.iteration
-                                       * cfg.training.globalBatchSize))
-        trainer.last_checkpoint = trainer.iteration
-    return trainer.iteration
+    trainer.iteration = int(state["iteration"])
+    trainer.consumed = int(getattr(state.get("args"), "consumed_train_samples", trainer.iteration
+                                   * cfg.training.globalBatchSize))
+    trainer.last_checkpoint = trainer.iteration
+
+
+def load_training_checkpoint(trainer) -> str | None:
+    """Restore what ``cfg.checkpoint`` (and ``cfg.lora``) ask for; returns what was loaded, for the log.
+
+    ``finetune`` loads weights only and starts at iteration 0; ``loadOptim``/``loadRng`` false skip those parts.
+    With LoRA the base in ``checkpoint.load`` is always weights only; ``lora.loraLoad`` resumes the adapters.
+    A missing tracker file is not an error (the first run of a job that saves to the same folder).
+    """
+    cfg = trainer.cfg
+    ck, lora = cfg.checkpoint, cfg.lora
+    loaded = []
+    base = _read_rank_file(ck.load, trainer) if ck.load else None
+    if base is not None:
+        iteration, folder, state = base
+        _load_model(trainer, state, folder, adapters=False)
+        if not lora.enabled and not ck.finetune and iteration != RELEASE:
+            _resume(trainer, iteration, folder, state)
+            loaded.append(f"{ck.load} at iteration {iteration}")
+        else:
+            loaded.append(f"{ck.load} (weights only{', frozen LoRA base' if lora.enabled else ''})")
+    adapter = _read_rank_file(lora.loraLoad, trainer) if lora.loraLoad else None
+    if adapter is not None:
+        iteration, folder, state = adapter
+        _load_model(trainer, state, folder, adapters=True)
+        if not ck.finetune and iteration != RELEASE:
+            _resume(trainer, iteration, folder, state)
+        loaded.append(f"LoRA adapters {lora.loraLoad} at iteration {iteration}")
+    if not loaded:
+        return None
+    if trainer.iteration == 0 or not ck.loadOptim:
+        trainer.optimizer.reload_model_params()  # copy the loaded weights into fp32 main params
+    return "; ".join(loaded)

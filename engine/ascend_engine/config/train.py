@@ -203,6 +203,37 @@ class CheckpointConfig(EngineModel):
     """Restore random-number-generator state when loading."""
 
 
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+
+
+class LoraConfig(EngineModel):
+    """LoRA fine-tuning (MindSpeed-LLM's flags): the base stays frozen, only the adapters train and are saved."""
+
+    loraR: Annotated[PositiveInt | None, Flag("--lora-r")] = None
+    """Adapter rank; setting it turns LoRA on."""
+    loraAlpha: Annotated[float, Field(gt=0), Flag("--lora-alpha")] = 32.0
+    """Scale of the update: W + (loraAlpha / loraR) * B @ A."""
+    loraDropout: Annotated[float, Field(ge=0, lt=1), Flag("--lora-dropout")] = 0.0
+    """Dropout on the adapter's input."""
+    loraTargetModules: Annotated[list[LoraTarget], Flag("--lora-target-modules")] = []
+    """Linear layers that get an adapter."""
+    loraLoad: Annotated[str | None, Flag("--lora-load")] = None
+    """Adapter checkpoint to resume from (iteration, optimizer, RNG, data position); checkpoint.load is the
+    frozen base."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.loraR is not None
+
+    @model_validator(mode="after")
+    def _targets(self) -> "LoraConfig":
+        if self.enabled and not self.loraTargetModules:
+            raise ValueError("loraR needs loraTargetModules (linear_qkv, linear_proj, linear_fc1, linear_fc2)")
+        if not self.enabled and (self.loraTargetModules or self.loraLoad):
+            raise ValueError("loraTargetModules / loraLoad need loraR")
+        return self
+
+
 class ObservabilityConfig(EngineModel):
     """Logs and the rank-0 metrics endpoint the operator reads."""
 
@@ -231,6 +262,8 @@ class TrainConfig(EngineModel):
     """Training data."""
     checkpoint: CheckpointConfig = CheckpointConfig()
     """Saving and loading."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters (off unless loraR is set)."""
     observability: ObservabilityConfig = ObservabilityConfig()
     """Logging and metrics."""
 
@@ -254,6 +287,8 @@ class TrainConfig(EngineModel):
                              f"training.trainIters ({t.trainIters})")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
+        if self.lora.enabled and p.sequenceParallel:
+            raise ValueError("lora: LoRA adapters are not supported with parallel.sequenceParallel")
         return self
 
     def check_world_size(self, world_size: int) -> int:

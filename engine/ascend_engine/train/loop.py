@@ -62,6 +62,10 @@ class Trainer:
         self.data = build_train_data(cfg)
         gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
                               variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
+        if cfg.lora.enabled:
+            from ..models.lora import add_lora
+
+            add_lora(gpt, cfg.lora, t.seed, p.tensorModelParallelSize, self.info.tp_rank)
         gpt.to(backend.torch_device)
         config = gpt.config
         module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
@@ -78,13 +82,12 @@ class Trainer:
         self.consumed = 0
         self.last_checkpoint: int | None = None
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
-        if cfg.checkpoint.load:
+        if cfg.checkpoint.load or cfg.lora.loraLoad:
             from ..checkpoint.training import load_training_checkpoint
 
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
-                print(f"loaded checkpoint {cfg.checkpoint.load} at iteration {loaded}"
-                      f"{' (finetune: weights only)' if cfg.checkpoint.finetune else ''}", flush=True)
+                print(f"loaded checkpoint {loaded}", flush=True)
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
             self.metrics = Metrics()
