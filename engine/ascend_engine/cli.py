@@ -13,6 +13,7 @@ COMMANDS = {
     "train": ("ascend_engine.train.command", "pretrain / SFT / LoRA on Megatron-core (run under torchrun)"),
     "preprocess": ("ascend_engine.prep.command", "raw data -> Megatron indexed dataset (MindSpeed-LLM flags)"),
     "convert": ("ascend_engine.convert.command", "HF <-> Megatron-core checkpoints, resharding, LoRA merge"),
+    "generate": ("ascend_engine.generate.command", "continue a prompt with a checkpoint (greedy / top-p), any TP/PP"),
     "wait-for-master": ("ascend_engine.rendezvous", "wait for the master's address and port, then exec a command"),
     "import-script": ("ascend_engine.importer.command", "MindSpeed-LLM launch script -> AscendTrainJob YAML"),
 }

@@ -1,0 +1,35 @@
+"""``ascend-engine generate --load CKPT --tokenizer-name-or-path TOK --prompt TEXT``, under torchrun when the
+checkpoint is split (world size = TP x PP of the checkpoint).
+
+No KV cache: every new token runs the whole sequence through Megatron's forward-only pipeline schedule. That is
+slow for long outputs and fine for what this is, a check that a checkpoint speaks.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config.loader import add_flags, build_config
+from .config import GenerateConfig
+
+_DESTS: dict[str, tuple[str, ...]] = {}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="GenerateConfig YAML")
+    _DESTS.update(add_flags(parser, GenerateConfig))
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(GenerateConfig, args, _DESTS, args.config)
+    from ..checkpoint.training import CheckpointMismatch
+    from .sample import generate
+
+    try:
+        text = generate(cfg)
+    except CheckpointMismatch as e:
+        print(f"ascend-engine generate: {e}", file=sys.stderr)
+        return 2
+    if text is not None:
+        print(text, flush=True)
+    return 0
