@@ -13,6 +13,7 @@ from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
+from .tensorboard import open_tensorboard
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -88,6 +89,7 @@ class Trainer:
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
                 print(f"loaded checkpoint {loaded}", flush=True)
+        self.tensorboard = open_tensorboard(cfg.observability.tensorboardDir) if self.info.rank == 0 else None
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
             self.metrics = Metrics()
@@ -194,6 +196,8 @@ class Trainer:
         tps = tokens_per_step * steps / seconds if seconds > 0 else 0.0
         if self.metrics:
             self.metrics.set(lastCheckpointIteration=self.last_checkpoint)
+        if self.tensorboard:
+            self.tensorboard.close()
         final = f"{losses[-1]:.4f}" if losses else "n/a"
         progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
                          f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
@@ -214,6 +218,12 @@ class Trainer:
             ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
             grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
             tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1)), flush=True)
+        if self.tensorboard:
+            for name, value in (("lm loss", loss), ("learning-rate", lr), ("grad-norm", grad_norm),
+                                ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu)):
+                if value is not None:
+                    self.tensorboard.add_scalar(name, float(value), self.iteration)
+            self.tensorboard.flush()
         if self.metrics:
             self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
                              percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
