@@ -287,8 +287,6 @@ class TrainConfig(EngineModel):
                              f"training.trainIters ({t.trainIters})")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
-        if self.lora.enabled and p.sequenceParallel:
-            raise ValueError("lora: LoRA adapters are not supported with parallel.sequenceParallel")
         return self
 
     def check_world_size(self, world_size: int) -> int:

@@ -10,6 +10,11 @@ is [gate_i; up_i], like the weight); the rank-r activation goes through Megatron
 gradient sums every rank's part. Row-parallel layers (linear_proj, linear_fc2) see a slice of the input, so
 A holds the matching input columns, the rank-r activation is all-reduced, and B is whole.
 
+With sequence parallelism a column-parallel layer's input is this rank's slice of the sequence: it is gathered
+for A (the gather's backward reduce-scatters the input gradient), and A, whose gradient is then partial per
+rank, is marked ``sequence_parallel`` so Megatron all-reduces it over TP as it does for norms. A row-parallel
+layer's rank-r activation is reduce-scattered over the sequence instead of all-reduced, and B is marked alike.
+
 Initialisation is PEFT's (A uniform in +-1/sqrt(in), B zero, so training starts from the base model) and, like
 ``init.py``, drawn whole per global name so any TP/PP layout gets the same adapter.
 """
@@ -49,14 +54,18 @@ def _holder(weight: nn.Parameter) -> nn.ModuleDict:
 class _Adapter:
     """The forward hook of one layer (kept out of the module tree, so it adds no state-dict keys)."""
 
-    def __init__(self, column: bool, scale: float, dropout: float):
-        self.column, self.scale, self.dropout = column, scale, dropout
+    def __init__(self, column: bool, scale: float, dropout: float, sequence_parallel: bool):
+        self.column, self.scale, self.dropout, self.sequence_parallel = column, scale, dropout, sequence_parallel
 
     def __call__(self, module, args, output):
         from megatron.core.tensor_parallel import (copy_to_tensor_model_parallel_region,
-                                                   get_cuda_rng_tracker, reduce_from_tensor_model_parallel_region)
+                                                   gather_from_sequence_parallel_region, get_cuda_rng_tracker,
+                                                   reduce_from_tensor_model_parallel_region,
+                                                   reduce_scatter_to_sequence_parallel_region)
 
         x = args[0]
+        if self.column and self.sequence_parallel:
+            x = gather_from_sequence_parallel_region(x)
         a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
         if self.dropout and module.training:
             if self.column:  # the same input on every TP rank: the same mask everywhere
@@ -65,7 +74,11 @@ class _Adapter:
                 with get_cuda_rng_tracker().fork():
                     x = F.dropout(x, self.dropout)
         h = F.linear(x, a)
-        h = copy_to_tensor_model_parallel_region(h) if self.column else reduce_from_tensor_model_parallel_region(h)
+        if self.column:
+            h = h if self.sequence_parallel else copy_to_tensor_model_parallel_region(h)
+        else:
+            h = (reduce_scatter_to_sequence_parallel_region(h) if self.sequence_parallel
+                 else reduce_from_tensor_model_parallel_region(h))
         out, bias = output
         return out + self.scale * F.linear(h, b), bias
 
@@ -92,8 +105,11 @@ def add_lora(gpt, lora: LoraConfig, seed: int, tp: int, tp_rank: int) -> int:
         else:
             a = _param((r, module.input_size_per_partition), dtype, 1)
             b = _param((module.output_size, r), dtype, None)
+        sequence_parallel = bool(getattr(module, "sequence_parallel", False))
+        if sequence_parallel:  # the replicated half gets partial gradients per rank: Megatron all-reduces it
+            (a if column else b).sequence_parallel = True
         module.lora_A, module.lora_B = _holder(a), _holder(b)
-        module.register_forward_hook(_Adapter(column, scale, lora.loraDropout))
+        module.register_forward_hook(_Adapter(column, scale, lora.loraDropout, sequence_parallel))
         names[name] = (a, column)
     whole = global_names(gpt)
     with torch.no_grad():
