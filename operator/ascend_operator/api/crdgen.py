@@ -19,13 +19,20 @@ from .resources import RESOURCES, Resource
 _DROP = {"title", "$defs", "discriminator"}
 
 
-def _without_nulls(value: Any) -> Any:
-    """Object defaults as the API server should store them: an unset optional field is absent, not null."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
+def _clean_default(value: Any, schema: dict[str, Any]) -> Any:
+    """An object default as the API server should store it. A null is dropped where the field has no default of
+    its own (an unset optional stays absent), and kept where it overrides one (``devices.resource: null`` on a
+    CPU-only kind must not turn back into the Ascend default; nullable nulls are conserved, not re-defaulted)."""
+    if not isinstance(value, dict):
+        return value
+    props = schema.get("properties", {})
+    out = {}
+    for key, item in value.items():
+        sub = props.get(key, {})
+        if item is None and sub.get("default") is None:
+            continue
+        out[key] = _clean_default(item, sub)
+    return out
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -58,12 +65,12 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = True
         elif key == "properties":
             out[key] = {k: _resolve(v, defs) for k, v in value.items()}
-        elif key == "default":
-            out[key] = _without_nulls(value)
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _resolve(value, defs)
         else:
             out[key] = value
+    if isinstance(out.get("default"), dict):
+        out["default"] = _clean_default(out["default"], out)
     if out.get("additionalProperties") is False:
         # Structural schemas forbid it next to `properties`; the API server prunes unknown fields instead
         # (and kubectl's server-side field validation reports them).
