@@ -101,10 +101,20 @@ def test_outputs_become_data_path_and_checkpoint_load():
     spec = _train(datasetPrepRef="p", checkpointConvertRef="c")
     found = {r: None for r in refs(spec)}
     [prep, conv] = found
-    found[prep] = _obj("Succeeded", {"prep": {"outputPrefix": "/d/a"}}, {"datasets": ["/d/a_packed"]})
+    alpaca = {"input": "/d/a.jsonl", "tokenizerNameOrPath": "/tok", "outputPrefix": "/d/a", "pack": True,
+              "seqLength": 64, "handlerName": "AlpacaStyleInstructionHandler", "promptType": "qwen3"}
+    packed = [f"/d/a_packed_{k}_document" for k in ("input_ids", "attention_mask", "labels")]
+    found[prep] = _obj("Succeeded", {"prep": alpaca}, {"outputPrefix": "/d/a", "datasets": packed})
     found[conv] = _obj("Succeeded", {"convert": {"saveModelType": "mg", "saveDir": "/mcore"}})
     fresh = resolve(spec, found, {})
-    assert fresh.train.data.dataPath == ["/d/a_packed"]
+    # Instruction data is one dataset named by its bare prefix (MindSpeed-LLM's --data-path), not three.
+    assert fresh.train.data.dataPath == ["/d/a"] and fresh.train.data.isInstructionDataset
+    assert not fresh.train.data.neatPack
+    neat = resolve(spec, {**found, prep: _obj("Succeeded", {"prep": {**alpaca, "neatPack": True}}, {})}, {})
+    assert neat.train.data.dataPath == ["/d/a"] and neat.train.data.neatPack
+    pretrain = {"input": "/d/wiki.jsonl", "tokenizerNameOrPath": "/tok", "outputPrefix": "/d/wiki"}
+    text = resolve(spec, {**found, prep: _obj("Succeeded", {"prep": pretrain}, {})}, {})
+    assert text.train.data.dataPath == ["/d/wiki_text_document"] and not text.train.data.isInstructionDataset
     assert fresh.train.checkpoint.load == "/mcore" and fresh.train.checkpoint.finetune
     assert spec.train.checkpoint.load is None  # the stored spec is untouched
     # After a restart with a checkpoint of its own, the job resumes from it, not from the converted base.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ascend_engine.config.prep import PrepConfig
+
 from ..api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB, Kind
 from ..api.single_pod import CheckpointConvertSpec
 from ..api.train_job import AscendTrainJobSpec
@@ -60,14 +62,24 @@ def _outputs(obj: dict[str, Any]) -> dict[str, Any]:
     return (obj.get("status") or {}).get("outputs") or {}
 
 
+def _use_dataset(data: Any, prep: PrepConfig, out: dict[str, Any]) -> None:
+    """Train on what the prep wrote, the way MindSpeed-LLM is told: pretraining reads each
+    ``<prefix>_<key>_document``; instruction data is the bare prefix with --is-instruction-dataset (the
+    packed input_ids / attention_mask / labels files are one dataset, not three)."""
+    if prep.is_pretrain:
+        data.dataPath = out.get("datasets") or [f"{prep.outputPrefix}_{key}_document" for key in prep.jsonKeys]
+        return
+    data.dataPath = [out.get("outputPrefix") or prep.outputPrefix]
+    data.isInstructionDataset = True
+    data.neatPack = prep.neatPack
+
+
 def resolve(spec: Any, found: dict[Ref, dict[str, Any]], status: dict[str, Any]) -> Any:
     """The spec with its references replaced by what they produced (a copy; the stored spec is untouched)."""
     spec = spec.model_copy(deep=True)
     for ref, obj in found.items():
         if ref.kind is DATASET_PREP:
-            out = _outputs(obj)
-            spec.train.data.dataPath = out.get("datasets") or [out.get("outputPrefix") or
-                                                               obj["spec"]["prep"]["outputPrefix"]]
+            _use_dataset(spec.train.data, PrepConfig.model_validate(obj["spec"]["prep"]), _outputs(obj))
         elif ref.kind is CHECKPOINT_CONVERT:
             convert = obj["spec"]["convert"]
             if convert.get("saveModelType", "mg") != "mg":
