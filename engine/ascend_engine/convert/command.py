@@ -19,7 +19,7 @@ from ..checkpoint.layout import iteration_dir, write_latest
 from ..config.convert import ConvertConfig
 from ..config.loader import ConfigError, add_flags, build_config
 from ..config.train import ModelConfig
-from ..telemetry import Progress
+from ..telemetry import Progress, report_result
 from .errors import ConvertError
 from .families import FAMILIES, Family
 from .hf_config import check_same_model, family_for, hf_config_from_model, model_config_from_hf
@@ -43,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(ConvertConfig, args, getattr(args, _DEST), args.config, section="convert")
     try:
-        convert(cfg)
+        report_result(convert(cfg))
     except ConvertError as e:
         print(f"ascend-engine convert: error: {e}", file=sys.stderr)
+        report_result({"status": "Failed", "reason": "ConvertError", "message": str(e)[:2000]})
         return 1
     return 0
 
@@ -132,8 +133,9 @@ def _check_output(cfg: ConvertConfig, iteration) -> None:
         raise ConfigError("saveDir must differ from loadDir")
 
 
-def convert(cfg: ConvertConfig) -> str:
-    """Run one conversion; returns the summary line. Raises ConvertError/ConfigError before writing on bad input."""
+def convert(cfg: ConvertConfig) -> dict:
+    """Run one conversion; returns its report (what the operator shows as status.outputs).
+    Raises ConvertError/ConfigError before writing on bad input."""
     start = time.monotonic()
     source = _open_source(cfg)
     lora = None
@@ -194,7 +196,11 @@ def convert(cfg: ConvertConfig) -> str:
     line = (f"{cfg.loadModelType} -> {cfg.saveModelType} {cfg.saveDir}: {totals.tensors} tensors, "
             f"{totals.bytes / 1e6:.1f} MB, {totals.bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s")
     progress.summary(line)
-    return line
+    report = {"status": "Succeeded", "saveDir": cfg.saveDir, "format": cfg.saveModelType,
+              "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2)}
+    if cfg.saveModelType == "mg":
+        report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts))
+    return report
 
 
 def _temp_dir(save: Path) -> Path:
