@@ -56,25 +56,33 @@ def test_pipeline_wiring_follows_the_seeds_pitfalls(name):
     """Conversion TP/PP equals training's where the job loads that conversion; dataPath is a prefix the
     prep job really writes (`<prefix>_text_document` for pretraining, the bare prefix for instruction data)."""
     docs = documents(name)
-    conversions = {c["spec"]["convert"]["saveDir"]: c["spec"]["convert"] for c in _by_kind(docs, "CheckpointConvert")}
-    preps = [PrepConfig.model_validate(p["spec"]["prep"]) for p in _by_kind(docs, "DatasetPrep")]
+    converts = {c["metadata"]["name"]: c["spec"]["convert"] for c in _by_kind(docs, "CheckpointConvert")}
+    conversions = {c["saveDir"]: c for c in converts.values()}
+    preps = {p["metadata"]["name"]: PrepConfig.model_validate(p["spec"]["prep"]) for p in _by_kind(docs, "DatasetPrep")}
     for job in _by_kind(docs, "AscendTrainJob"):
         train = job["spec"]["train"]
-        loaded = conversions.get(train.get("checkpoint", {}).get("load"))
+        # A job loads a conversion by path, or by reference (the operator then wires its saveDir).
+        ref = job["spec"].get("checkpointConvertRef")
+        loaded = converts[ref] if ref else conversions.get(train.get("checkpoint", {}).get("load"))
         if loaded is not None:
             parallel = train["parallel"]
-            assert (loaded["targetTensorParallelSize"], loaded["targetPipelineParallelSize"]) == \
+            assert (loaded.get("targetTensorParallelSize", 1), loaded.get("targetPipelineParallelSize", 1)) == \
                 (parallel.get("tensorModelParallelSize", 1), parallel.get("pipelineModelParallelSize", 1))
-        for prep in preps:
+        if job["spec"].get("datasetPrepRef"):  # the operator turns the prep's outputs into dataPath
+            assert job["spec"]["datasetPrepRef"] in preps
+            continue
+        for prep in preps.values():
             written = [f"{prep.outputPrefix}_{key}_document" for key in output_keys(prep)]
             expected = written if prep.is_pretrain else [prep.outputPrefix]
             mine = [p for p in train.get("data", {}).get("dataPath", []) if p.startswith(prep.outputPrefix)]
             assert mine and set(mine) <= set(expected), (mine, expected)
-    exports = [c for c in conversions.values() if c["saveModelType"] == "hf"]
-    saved = {j["spec"]["train"].get("checkpoint", {}).get("save") for j in _by_kind(docs, "AscendTrainJob")}
-    for export in exports:
-        if export["loadDir"] in saved:
-            assert export.get("modelTypeHf"), "an export to HF names the model family"
+    jobs = {j["metadata"]["name"]: j for j in _by_kind(docs, "AscendTrainJob")}
+    saved = {j["spec"]["train"].get("checkpoint", {}).get("save") for j in jobs.values()}
+    for convert in _by_kind(docs, "CheckpointConvert"):
+        spec = convert["spec"]
+        if spec["convert"]["saveModelType"] == "hf" and (spec.get("trainJobRef") in jobs
+                                                         or spec["convert"].get("loadDir") in saved):
+            assert spec["convert"].get("modelTypeHf"), "an export to HF names the model family"
 
 
 def test_multi_node_example_is_two_by_eight_npus():
