@@ -33,7 +33,9 @@ def run_all(api_client, name, n=2):
 
 
 def events_of(api_client, name):
+    """The job's events in the order they were recorded (a list is not ordered by time)."""
     items = client.CoreV1Api(api_client).list_namespaced_event("default").items
+    items.sort(key=lambda e: int(e.metadata.resource_version))
     return [(e.reason, e.message) for e in items if e.involved_object.name == name]
 
 
