@@ -101,6 +101,14 @@ class PodRunner:
         self._thread.start()
         return self
 
+    def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a running container's processes, as a node does to a crashed or OOM-killed one (for failure
+        tests); the runner then reports the exit like any other."""
+        running = self._containers.get((namespace, name))
+        if running is None or running.process is None or running.process.poll() is not None:
+            raise LookupError(f"pod {namespace}/{name} has no running container on this node")
+        _signal_group(running.process, sig)
+
     def stop(self) -> None:
         """Stop polling and kill every process this runner started (TERM, then KILL)."""
         self._stop.set()
