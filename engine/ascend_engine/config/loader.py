@@ -100,13 +100,26 @@ def iter_flag_fields(model: type[BaseModel], path: tuple[str, ...] = ()):
             yield from iter_flag_fields(tp, path + (alias,))
 
 
+def _description(model: type[BaseModel], path: tuple[str, ...]) -> str:
+    """The field's docstring (its CRD description), first sentence, for --help."""
+    field = None
+    for alias in path:
+        field = next(f for n, f in model.model_fields.items() if (f.alias or n) == alias)
+        inner = _unwrap_optional(field.annotation)
+        model = inner if _is_model(inner) else model
+    text = " ".join((field.description or "").split()) if field else ""
+    return text.split(". ")[0].rstrip(".") if text else ".".join(path)
+
+
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
     """Add one argparse option per flagged field; return dest -> alias path."""
     dests: dict[str, tuple[str, ...]] = {}
     for path, tp, flag in iter_flag_fields(model):
         dest = "cfg__" + "__".join(path)
         kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS,
-                                  "help": flag.help or ".".join(path)}
+                                  "help": f"{flag.help or _description(model, path)} [{'.'.join(path)}]"}
+        if flag.invert:
+            kwargs["help"] = f"turn off: {kwargs['help']}"
         origin = get_origin(tp)
         if tp is bool:
             kwargs["action"] = "store_false" if flag.invert else "store_true"
@@ -119,6 +132,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> dict[s
             kwargs["choices"] = list(get_args(tp))
         elif isinstance(tp, type) and issubclass(tp, enum.Enum):
             kwargs["choices"] = [m.value for m in tp]
+        if tp is not bool and "choices" not in kwargs:
+            kwargs["metavar"] = flag.names[0].lstrip("-").replace("-", "_").upper()
         parser.add_argument(*flag.names, **kwargs)
         dests[dest] = path
     return dests
