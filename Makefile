@@ -11,11 +11,13 @@ TORCH_PIN ?= torch==2.13.0
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH_PIN)"
-	$(BIN)/pip install -q -e ".[dev]"
-	touch $(STAMP)
+	@echo "setting up $(VENV) (first run, or pyproject.toml changed): $(TORCH_PIN), then the project"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -qq --upgrade pip
+	@$(BIN)/pip install -qq "$(TORCH_PIN)"
+	@$(BIN)/pip install -qq -e ".[dev]"
+	@touch $(STAMP)
+	@echo "$(VENV) ready"
 
 demo: venv
 	$(BIN)/ascend-train local demo --file examples/quickstart.yaml
