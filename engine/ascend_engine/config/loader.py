@@ -89,14 +89,15 @@ def _is_model(tp: Any) -> bool:
 
 
 def iter_flag_fields(model: type[BaseModel], path: tuple[str, ...] = ()):
-    """Yield (alias path, annotation, Flag) for every flagged field, walking nested models."""
+    """Yield (alias path, annotation, Flag) for every flag of every field, walking nested models. A bool field
+    may carry two flags that set it opposite ways (``--add-bias-linear`` / ``--disable-bias-linear``)."""
     for name, field in model.model_fields.items():
         alias = field.alias or name
         tp = _unwrap_optional(field.annotation)
         flags = [m for m in field.metadata if isinstance(m, Flag)]
-        if flags:
-            yield path + (alias,), tp, flags[0]
-        elif _is_model(tp):
+        for flag in flags:
+            yield path + (alias,), tp, flag
+        if not flags and _is_model(tp):
             yield from iter_flag_fields(tp, path + (alias,))
 
 

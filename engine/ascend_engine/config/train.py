@@ -54,7 +54,7 @@ class ModelConfig(EngineModel):
     """RMSNorm on queries and keys per head (Qwen3)."""
     addQkvBias: Annotated[bool, Flag("--add-qkv-bias")] = False
     """Bias on the fused QKV projection only (Qwen2/2.5)."""
-    addBiasLinear: Annotated[bool, Flag("--add-bias-linear")] = False
+    addBiasLinear: Annotated[bool, Flag("--add-bias-linear"), Flag("--disable-bias-linear", invert=True)] = False
     """Biases on all linear layers; --disable-bias-linear (the default) turns them off."""
     untieEmbeddingsAndOutputWeights: Annotated[bool, Flag("--untie-embeddings-and-output-weights")] = True
     """Separate output layer instead of sharing the input embedding."""
