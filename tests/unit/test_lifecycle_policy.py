@@ -125,6 +125,20 @@ def test_outputs_become_data_path_and_checkpoint_load():
         resolve(spec, found, {})
 
 
+def test_export_of_a_lora_job_merges_its_adapters_into_its_base():
+    spec = CheckpointConvertSpec.model_validate({"image": "x", "trainJobRef": "lora", "convert": {
+        "loadModelType": "mg", "saveModelType": "hf", "saveDir": "/out", "modelTypeHf": "qwen3"}})
+    [ref] = refs(spec)
+    job = {"train": {"checkpoint": {"load": "/base-tp2", "save": "/adapters", "finetune": True},
+                     "lora": {"loraR": 8, "loraAlpha": 16, "loraTargetModules": ["linear_qkv", "linear_fc1"]}}}
+    merged = resolve(spec, {ref: _obj("Succeeded", job)}, {}).convert.engine_config()
+    assert (merged.loadDir, merged.loraLoad) == ("/base-tp2", "/adapters")
+    assert (merged.loraR, merged.loraAlpha, merged.loraTargetModules) == (8, 16, ["linear_qkv", "linear_fc1"])
+    no_base = {"train": {"checkpoint": {"save": "/adapters"}, "lora": {"loraR": 8}}}
+    with pytest.raises(DependencyError, match="no base to merge into"):
+        resolve(spec, {ref: _obj("Succeeded", no_base)}, {})
+
+
 def test_export_reads_the_training_jobs_checkpoint():
     spec = CheckpointConvertSpec.model_validate({"image": "x", "trainJobRef": "sft", "convert": {
         "loadModelType": "mg", "saveModelType": "hf", "saveDir": "/out", "modelTypeHf": "qwen3"}})

@@ -62,7 +62,8 @@ class CheckpointConvertSpec(SinglePodSettings):
     """The engine's conversion configuration (MindSpeed-LLM convert_ckpt.py names)."""
     trainJobRef: str | None = None
     """Name of an AscendTrainJob in the same namespace: wait until it has succeeded, then convert its last
-    checkpoint (its checkpoint.save), e.g. to HuggingFace with saveModelType hf."""
+    checkpoint (its checkpoint.save), e.g. to HuggingFace with saveModelType hf. For a LoRA job, merge its
+    adapters into the base it trained on (its checkpoint.load), with its LoRA rank, alpha and targets."""
 
     @model_validator(mode="after")
     def _load_source(self) -> "CheckpointConvertSpec":

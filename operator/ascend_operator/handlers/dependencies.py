@@ -91,8 +91,22 @@ def resolve(spec: Any, found: dict[Ref, dict[str, Any]], status: dict[str, Any])
                 spec.train.checkpoint.load = _outputs(obj).get("saveDir") or convert["saveDir"]
                 spec.train.checkpoint.finetune = True
         elif ref.kind is TRAIN_JOB:
-            save = ((obj["spec"].get("train") or {}).get("checkpoint") or {}).get("save")
-            if not save:
-                raise DependencyError(f"{ref} has no train.checkpoint.save: there is no checkpoint to convert")
-            spec.convert.loadDir = save
+            spec.convert = spec.convert.model_copy(update=_convert_from_job(spec.convert, ref, obj))
     return spec
+
+
+def _convert_from_job(convert: Any, ref: Ref, obj: dict[str, Any]) -> dict[str, Any]:
+    """Convert what a training job saved. A LoRA job saved only adapters: merge them into the base it trained
+    on (its checkpoint.load), with its own rank, alpha and target modules unless the conversion names them."""
+    train = obj["spec"].get("train") or {}
+    checkpoint, lora = train.get("checkpoint") or {}, train.get("lora") or {}
+    if not checkpoint.get("save"):
+        raise DependencyError(f"{ref} has no train.checkpoint.save: there is no checkpoint to convert")
+    if not lora.get("loraR"):
+        return {"loadDir": checkpoint["save"]}
+    if not checkpoint.get("load"):
+        raise DependencyError(f"{ref} trains LoRA adapters but has no train.checkpoint.load: no base to merge into")
+    return {"loadDir": checkpoint["load"], "loraLoad": checkpoint["save"],
+            "loraR": convert.loraR or lora["loraR"],
+            "loraAlpha": convert.loraAlpha or lora.get("loraAlpha", 32.0),
+            "loraTargetModules": convert.loraTargetModules or lora.get("loraTargetModules")}
