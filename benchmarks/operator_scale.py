@@ -8,6 +8,7 @@ the time until every job has a status (reconciled), and the operator's resident 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -98,7 +99,9 @@ def run(n: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    for n in [int(a) for a in argv] or [100, 500]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("jobs", nargs="*", type=int, default=[100, 500], help="how many jobs to apply at once, per run")
+    for n in parser.parse_args(argv).jobs:
         run(n)
     return 0
 
