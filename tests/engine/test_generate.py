@@ -12,7 +12,7 @@ from test_train_data import MODEL, config
 from test_train_torchrun import VENV_BIN, assert_ok, free_port, run_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_prep_support import build_tokenizer, preprocess, write_jsonl  # noqa: E402
+from prep_support import build_tokenizer, preprocess, write_jsonl  # noqa: E402
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_prep_support import build_tokenizer, read_dataset, write_jsonl  # noqa: E402
+from prep_support import build_tokenizer, read_dataset, write_jsonl  # noqa: E402
 
 
 @pytest.mark.engine

@@ -17,7 +17,7 @@ import yaml
 from test_train_torchrun import LINE, TINY, assert_ok, run_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_prep_support import CORPUS, build_tokenizer, preprocess, write_jsonl  # noqa: E402
+from prep_support import CORPUS, build_tokenizer, preprocess, write_jsonl  # noqa: E402
 
 MODEL = {**TINY["model"], "vocabSize": 400, "paddedVocabSize": 512}
 # Phrases of the tokenizer's corpus, so samples stay short (about 30 tokens with the chat template).

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_prep_support import preprocess, read_dataset, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import preprocess, read_dataset, tokenizer_dir, write_jsonl  # noqa: F401
 
 GOOD = {"instruction": "hi", "output": "hello"}
 BAD = [

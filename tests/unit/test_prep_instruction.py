@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_prep_support import preprocess, read_dataset, tokenizer, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import preprocess, read_dataset, tokenizer, tokenizer_dir, write_jsonl  # noqa: F401
 
 ALPACA = {"instruction": "Give tips", "input": "health", "output": "Eat well", "system": "Be nice",
           "history": [["hi", "hello"], ["how are you", "fine, thanks"]]}

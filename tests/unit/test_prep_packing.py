@@ -5,7 +5,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from test_prep_support import preprocess, read_dataset, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import preprocess, read_dataset, tokenizer_dir, write_jsonl  # noqa: F401
 
 from ascend_engine.prep.encode import split_budget
 from ascend_engine.prep.packing import greedy_groups

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from test_prep_support import preprocess, read_dataset, tokenizer, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import preprocess, read_dataset, tokenizer, tokenizer_dir, write_jsonl  # noqa: F401
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "你好，世界。", "Give three tips for staying healthy.",
          "a\nmulti-line\ndocument", "Megatron indexed datasets"]

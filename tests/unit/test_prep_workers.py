@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from test_prep_support import preprocess, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import preprocess, tokenizer_dir, write_jsonl  # noqa: F401
 
 WORDS = "the quick brown fox jumps over lazy dog eat well sleep 你好 世界 data tokens".split()
 

@@ -1,6 +1,6 @@
 """Shared pieces of the preprocessing tests: a tiny local tokenizer and helpers to run and read back.
 
-No tests live here; the other ``test_prep_*`` modules import it (pytest puts this folder on sys.path).
+No tests live here; the other ``test_prep_*`` modules import it (named without test_ so pytest collects nothing from it; pytest puts this folder on sys.path).
 """
 from __future__ import annotations
 
