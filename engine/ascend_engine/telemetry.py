@@ -28,13 +28,16 @@ METRIC_NAMES = {
 
 
 class Metrics:
-    """Gauges in a private registry, served over HTTP only where ``serve`` is called (rank 0)."""
+    """Gauges in a private registry, served over HTTP only where ``serve`` is called (rank 0).
+
+    A gauge is registered on its first value: an unset one would read 0, and "loss 0 at iteration 0" is a lie
+    the operator would copy into the status before training has reported anything."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Gauge
+        from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry()
-        self._gauges = {name: Gauge(name, field, registry=self.registry) for name, field in METRIC_NAMES.items()}
+        self._gauges: dict[str, Any] = {}
         self.values: dict[str, float] = {}
 
     def serve(self, port: int, addr: str | None = None) -> None:
@@ -49,7 +52,12 @@ class Metrics:
         by_field = {f: n for n, f in METRIC_NAMES.items()}
         for field, value in fields.items():
             if value is not None:
-                self._gauges[by_field[field]].set(float(value))
+                name = by_field[field]
+                if name not in self._gauges:
+                    from prometheus_client import Gauge
+
+                    self._gauges[name] = Gauge(name, field, registry=self.registry)
+                self._gauges[name].set(float(value))
                 self.values[field] = value
 
 

@@ -1,0 +1,22 @@
+"""Rank 0's metrics endpoint as the operator reads it: nothing before the first report, then the figures."""
+import socket
+
+from ascend_engine.telemetry import Metrics
+from ascend_operator.progress import scrape
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_operator_reads_only_what_the_engine_has_reported():
+    port = _free_port()
+    metrics = Metrics()
+    metrics.serve(port, "127.0.0.1")
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert scrape(url) == {}  # no "loss 0 at iteration 0" before training reports
+    metrics.set(iteration=7, trainIters=30, loss=2.25, tokensPerSecond=1234.5, lastCheckpointIteration=None)
+    assert scrape(url) == {"iteration": 7, "trainIters": 30, "loss": 2.25, "tokensPerSecond": 1234.5}
+    assert scrape(f"http://127.0.0.1:{_free_port()}/metrics") is None  # nobody there: no figures, no error
