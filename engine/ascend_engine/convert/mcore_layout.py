@@ -30,8 +30,9 @@ _SPLIT_BY_SUFFIX = (
     (OUTPUT, "vocab"),
 )
 LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
-COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")  # LoRA B is split like the weight; A is whole on every rank
-ROW_PARALLEL = ("linear_proj", "linear_fc2")  # LoRA A is split along dim 1; B is whole on every rank
+# LoRA B is split like the weight, A is whole on every rank; for the other targets (row parallel: linear_proj,
+# linear_fc2) A is split along dim 1 and B is whole.
+COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
 
 
 def layer_keys(model: ModelConfig) -> list[str]:

@@ -110,11 +110,6 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
-    return {**obj, "metadata": meta}
-
-
 @attrs.define(kw_only=True)
 class LocalKubernetesApi(KubernetesEmulator):
     """The object store and request handling; one instance per cluster, used from one event loop.
@@ -173,9 +168,6 @@ class LocalKubernetesApi(KubernetesEmulator):
             raise KubernetesResourceNotFoundError()
         return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
                 "resources": entries}
-
-    def resource_types(self) -> list[ResourceType]:
-        return list(self._types.values())
 
     # -- HTTP entry point ------------------------------------------------------------------------
 
@@ -286,9 +278,6 @@ class LocalKubernetesApi(KubernetesEmulator):
                  if tk == rt.key and (ns is None or ons == ns) and matches(obj)]
         return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List",
                 "metadata": {"resourceVersion": str(self._rv)}, "items": items}
-
-    def objects_of(self, rt: ResourceType) -> list[dict[str, Any]]:
-        return [obj for (tk, _, _), obj in self._store.items() if tk == rt.key]
 
     # -- writes ----------------------------------------------------------------------------------
 
