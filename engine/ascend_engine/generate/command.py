@@ -1,8 +1,8 @@
 """``ascend-engine generate --load CKPT --tokenizer-name-or-path TOK --prompt TEXT``, under torchrun when the
 checkpoint is split (world size = TP x PP of the checkpoint).
 
-No KV cache: every new token runs the whole sequence through Megatron's forward-only pipeline schedule. That is
-slow for long outputs and fine for what this is, a check that a checkpoint speaks.
+With a KV cache (megatron-core's static inference context) by default, so each new token costs one position's
+forward; ``--no-kv-cache`` recomputes the whole sequence per token (the same tokens; a reference for checking).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         text = generate(cfg)
-    except CheckpointMismatch as e:
+    except (CheckpointMismatch, ValueError) as e:  # a checkpoint that does not fit, a prompt that is too long
         print(f"ascend-engine generate: {e}", file=sys.stderr)
         return 2
     if text is not None:

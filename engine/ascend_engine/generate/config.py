@@ -25,5 +25,8 @@ class GenerateConfig(EngineModel):
     """Softmax temperature for sampling."""
     seed: Annotated[int, Flag("--seed")] = 1234
     """Sampling seed (the same on every rank, so all ranks pick the same token)."""
+    kvCache: Annotated[bool, Flag("--no-kv-cache", invert=True)] = True
+    """Keep attention keys/values between steps (megatron-core's static inference context); off recomputes the
+    whole sequence for every new token (same tokens, slower; a reference for checking)."""
     device: Annotated[Literal["auto", "npu", "cuda", "cpu"], Flag("--device")] = "auto"
     """Accelerator backend."""

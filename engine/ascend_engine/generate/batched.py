@@ -1,0 +1,183 @@
+"""Batched generation for a Megatron-core ``GPTModel`` stage, at any TP/PP layout, with or without a KV cache.
+
+The cache is megatron-core's own: a ``StaticInferenceContext`` handed to the model, whose attention layers keep
+each layer's keys and values (``key_value_memory_dict``) and attend to them from ``sequence_len_offset`` on.
+
+Prompts of different lengths are laid out from position 0 (no left padding), as Megatron's static engine does:
+the common prefix (the shortest prompt) is encoded in one forward, then one position at a time for every row;
+a row whose prompt is longer than the current position takes its next prompt token instead of the sample. Every
+token therefore sits at its true position, sees exactly the tokens before it, and the rectangle ``tokens[:, :t]``
+is never padded, which is why the uncached path (a full forward of ``tokens[:, :t]`` at every step) gives the
+same numbers and is the reference for the cached one.
+
+Sampling draws from one ``torch.Generator`` seeded alike on every rank; the last pipeline stage picks the tokens
+(all its TP ranks hold the same gathered logits, so they pick the same) and broadcasts them to the earlier stages
+of its pipeline group, so data-parallel replicas may generate different prompts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy when ``top_p`` is None; otherwise nucleus sampling at ``temperature``."""
+
+    top_p: float | None = None
+    temperature: float = 1.0
+
+
+@dataclass
+class Generated:
+    """The outcome for a batch, identical on every rank of a model-parallel group.
+
+    ``tokens`` [b, T]: prompt then response, padded with ``pad_id`` after each row's end;
+    ``log_probs`` [b, T]: log p(token | tokens before it) under the model's own (untempered) distribution at the
+    response positions, 0 at prompt and padding positions; ``prompt_lengths`` and ``response_lengths`` per row
+    (a response includes its end-of-sequence token).
+    """
+
+    tokens: torch.Tensor
+    log_probs: torch.Tensor
+    prompt_lengths: list[int]
+    response_lengths: list[int]
+
+    def response_mask(self) -> torch.Tensor:
+        """[b, T] True at the response positions."""
+        pos = torch.arange(self.tokens.shape[1]).unsqueeze(0)
+        start = torch.tensor(self.prompt_lengths).unsqueeze(1)
+        end = start + torch.tensor(self.response_lengths).unsqueeze(1)
+        return (pos >= start) & (pos < end)
+
+    def responses(self) -> list[list[int]]:
+        return [self.tokens[i, p:p + n].tolist()
+                for i, (p, n) in enumerate(zip(self.prompt_lengths, self.response_lengths))]
+
+
+def strip_padding(ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Rows of a padded batch (left or right padding, mask 1 at real tokens) as lists of their real tokens."""
+    if ids.shape != attention_mask.shape:
+        raise ValueError(f"input ids {tuple(ids.shape)} and attention mask {tuple(attention_mask.shape)} differ")
+    rows = []
+    for i, (row, mask) in enumerate(zip(ids.tolist(), attention_mask.bool().tolist())):
+        real = [j for j, keep in enumerate(mask) if keep]
+        if not real:
+            raise ValueError(f"prompt {i} is empty (attention mask all zero)")
+        if real != list(range(real[0], real[-1] + 1)):
+            raise ValueError(f"prompt {i}: padding inside the prompt (the mask is neither left nor right padding)")
+        rows.append([row[j] for j in real])
+    return rows
+
+
+def pick_tokens(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> torch.Tensor:
+    """[b, V] logits -> [b] tokens: argmax, or a sample from the smallest set reaching probability ``top_p``."""
+    if sampling.top_p is None:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p  # always keeps the most likely token
+    kept = sorted_probs * keep
+    choice = torch.multinomial(kept / kept.sum(-1, keepdim=True), 1, generator=generator)
+    return order.gather(-1, choice).squeeze(-1)
+
+
+def _last_logits(gpt, ids: torch.Tensor, start: int, context, vocab_size: int) -> torch.Tensor | None:
+    """Logits [b, V] at the last position of ``ids`` (at positions start..), on the last stage; None elsewhere.
+
+    ``runtime_gather_output`` gathers the vocabulary-parallel logits across TP ranks (Megatron requires it with
+    an inference context), so every TP rank of the last stage holds the same full row.
+    """
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    positions = torch.arange(start, start + ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids)
+
+    def forward_step(data_iterator, module):
+        batch = next(data_iterator)
+        out = module(batch, positions, None, inference_context=context, runtime_gather_output=True)
+        return out, lambda o: (o.new_zeros(()), {"logits": o[:, -1].detach()})
+
+    out = get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter([ids]), model=[gpt], num_microbatches=1,
+        seq_length=ids.shape[1], micro_batch_size=ids.shape[0], forward_only=True)
+    if not parallel_state.is_pipeline_last_stage():
+        return None
+    return out[0]["logits"][:, :vocab_size].float()
+
+
+def _share_from_last_stage(*tensors: torch.Tensor) -> None:
+    """Copy the last pipeline stage's values into the same tensors on the other stages of its pipeline group."""
+    from megatron.core import parallel_state
+
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
+        return
+    src = parallel_state.get_pipeline_model_parallel_last_rank()
+    group = parallel_state.get_pipeline_model_parallel_group()
+    for t in tensors:
+        torch.distributed.broadcast(t, src=src, group=group)
+
+
+@torch.no_grad()
+def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int,
+                   max_length: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
+                   use_cache: bool = True, pad_id: int = 0) -> Generated:
+    """Continue every prompt by up to ``max_new_tokens`` (stopping at ``eos_id``), never past ``max_length``.
+
+    Collective over the model-parallel group of ``gpt`` (one pipeline stage, in eval mode). ``vocab_size``
+    drops Megatron's padded vocabulary entries before picking.
+    """
+    from megatron.core.inference.contexts import StaticInferenceContext
+
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    lengths = [len(p) for p in prompts]
+    if max(lengths) >= max_length:
+        raise ValueError(f"a prompt of {max(lengths)} tokens leaves no room below the model's {max_length}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    device = next(gpt.parameters()).device
+    b, total = len(prompts), min(max(lengths) + max_new_tokens, max_length)
+    tokens = torch.full((b, total), pad_id, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        tokens[i, :len(p)] = torch.tensor(p)
+    log_probs = torch.zeros(b, total)
+    prompt_len = torch.tensor(lengths)
+    last_allowed = torch.clamp(prompt_len + max_new_tokens, max=total) - 1  # last position a row may fill
+    done = torch.zeros(b, dtype=torch.bool)
+    response_len = torch.zeros(b, dtype=torch.long)
+    context = StaticInferenceContext(b, total) if use_cache else None
+    fed = 0  # positions already in the cache
+    end = min(lengths)
+    for t in range(min(lengths), total):  # fill position t
+        if context is not None:
+            context.sequence_len_offset = fed
+            if fed:
+                context.enable_decode_mode()
+            logits = _last_logits(gpt, tokens[:, fed:t].to(device), fed, context, vocab_size)
+            fed = t
+        else:
+            logits = _last_logits(gpt, tokens[:, :t].to(device), 0, None, vocab_size)
+        picked, picked_lp = torch.zeros(b, dtype=torch.long), torch.zeros(b)
+        if logits is not None:
+            logits = logits.cpu()
+            picked = pick_tokens(logits, sampling, generator)
+            picked_lp = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+        else:
+            pick_tokens(torch.zeros(b, vocab_size), sampling, generator)  # keep the generator in step
+        _share_from_last_stage(picked, picked_lp)
+        in_prompt = t < prompt_len
+        generating = ~in_prompt & ~done
+        tokens[:, t] = torch.where(generating, picked, tokens[:, t])
+        log_probs[:, t] = torch.where(generating, picked_lp, 0.0)
+        response_len += generating.long()
+        stop = t >= last_allowed
+        if eos_id is not None:
+            stop |= picked == eos_id
+        done |= generating & stop
+        end = t + 1
+        if bool(done.all()):
+            break
+    return Generated(tokens=tokens[:, :end], log_probs=log_probs[:, :end], prompt_lengths=lengths,
+                     response_lengths=response_len.tolist())

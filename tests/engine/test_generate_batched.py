@@ -1,0 +1,98 @@
+"""Batched generation with megatron-core's KV cache: the same tokens as without it, at TP1, TP2 and PP2.
+
+One torchrun with two processes builds the same seeded tiny GPT at each layout in turn
+(``generate_layouts_worker.py``); this file checks what it wrote.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ascend_engine.generate.batched import strip_padding
+from test_train_torchrun import VENV_BIN, assert_ok, free_port
+
+WORKER = Path(__file__).with_name("generate_layouts_worker.py")
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15], [16, 17, 18, 19]]
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("generate") / "layouts.json"
+    cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+           str(free_port()), str(WORKER), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert_ok(proc)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("layout", ["tp1pp1", "tp2pp1", "tp1pp2"])
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_cached_generation_gives_exactly_the_tokens_of_uncached_generation(layouts, layout, mode):
+    cached, uncached = layouts[layout][f"{mode}/cache"], layouts[layout][f"{mode}/nocache"]
+    assert cached["tokens"] == uncached["tokens"]
+    assert cached["response_lengths"] == uncached["response_lengths"] == [10] * 4
+    np.testing.assert_allclose(cached["log_probs"], uncached["log_probs"], atol=1e-5)
+    for prompt, row in zip(PROMPTS, cached["tokens"]):
+        assert row[:len(prompt)] == prompt
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("layout", ["tp2pp1", "tp1pp2"])
+def test_tensor_and_pipeline_parallel_generate_the_tokens_of_one_process(layouts, layout):
+    for key in ("greedy/cache", "sampled/cache"):
+        assert layouts[layout][key]["tokens"] == layouts["tp1pp1"][key]["tokens"], key
+        np.testing.assert_allclose(layouts[layout][key]["log_probs"], layouts["tp1pp1"][key]["log_probs"], atol=1e-4)
+    assert layouts[layout]["greedy/eos"]["responses"] == layouts["tp1pp1"]["greedy/eos"]["responses"]
+
+
+@pytest.mark.engine
+def test_sampling_differs_from_greedy_and_log_probs_equal_a_full_forward(layouts):
+    run = layouts["tp1pp1"]
+    assert run["sampled/cache"]["responses"] != run["greedy/cache"]["responses"]
+    tokens = torch.tensor(run["sampled/cache"]["tokens"])
+    got, full = np.array(run["sampled/cache"]["log_probs"]), np.array(run["full_forward_log_probs"])
+    mask = np.zeros(tokens.shape, dtype=bool)
+    for i, prompt in enumerate(PROMPTS):
+        mask[i, len(prompt):len(prompt) + 10] = True
+    np.testing.assert_allclose(got[mask], full[mask], atol=1e-5)
+    assert np.all(got[~mask] == 0) and np.all(got[mask] < 0)
+
+
+@pytest.mark.engine
+def test_a_batch_generates_what_each_prompt_generates_alone(layouts):
+    """Prompts of different lengths share a batch without changing each other's tokens (no padding leaks)."""
+    run = layouts["tp1pp1"]
+    assert run["greedy/alone"] == run["greedy/cache"]["responses"]
+
+
+@pytest.mark.engine
+def test_rows_stop_at_their_end_of_sequence_token(layouts):
+    run = layouts["tp1pp1"]
+    eos, full = run["greedy/eos"]["eos"], run["greedy/cache"]["responses"]
+    expected = [r[:r.index(eos) + 1] if eos in r else r for r in full]
+    assert run["greedy/eos"]["responses"] == expected
+    assert len(expected[1]) == 3 and any(len(r) == 10 for r in expected)  # one row stopped early, one ran on
+    for prompt, response, row in zip(PROMPTS, expected, run["greedy/eos"]["tokens"]):
+        assert row[len(prompt) + len(response):] == [0] * (len(row) - len(prompt) - len(response))  # padded
+
+
+@pytest.mark.parametrize("ids, mask", [
+    ([[0, 0, 5, 6], [7, 8, 9, 1]], [[0, 0, 1, 1], [1, 1, 1, 1]]),   # left padding
+    ([[5, 6, 0, 0], [7, 8, 9, 1]], [[1, 1, 0, 0], [1, 1, 1, 1]]),   # right padding
+])
+def test_left_and_right_padded_batches_give_the_same_prompts(ids, mask):
+    assert strip_padding(torch.tensor(ids), torch.tensor(mask)) == [[5, 6], [7, 8, 9, 1]]
+
+
+def test_padding_inside_a_prompt_is_refused():
+    with pytest.raises(ValueError, match="prompt 0: padding inside the prompt"):
+        strip_padding(torch.tensor([[5, 0, 6]]), torch.tensor([[1, 0, 1]]))
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        strip_padding(torch.tensor([[5], [0]]), torch.tensor([[1], [0]]))
