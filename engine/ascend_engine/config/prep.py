@@ -20,10 +20,13 @@ HandlerName = Literal[
     "SharegptStyleInstructionHandler",
     "AlpacaStylePairwiseHandler",
     "SharegptStylePairwiseHandler",
+    "R1AlpacaStyleInstructionHandler",
 ]
 
 PRETRAIN_HANDLERS = ("GeneralPretrainHandler",)
 PAIRWISE_HANDLERS = ("AlpacaStylePairwiseHandler", "SharegptStylePairwiseHandler")
+# Prompts for reinforcement learning: the rendered prompt (up to the assistant header) and the reference answer.
+PROMPT_HANDLERS = ("R1AlpacaStyleInstructionHandler",)
 
 # The built-in chat templates are data files shipped next to the preprocessing code.
 BUILTIN_TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prep" / "chat_templates"
@@ -46,8 +49,9 @@ class PrepConfig(EngineModel):
     """Path prefix of the outputs: <prefix>_text_document.{bin,idx} (pretrain) or
     <prefix>_packed_{input_ids,attention_mask,labels}_document.{bin,idx} (instruction data)."""
     handlerName: Annotated[HandlerName, Flag("--handler-name")] = "GeneralPretrainHandler"
-    """How records become samples: pretraining text, Alpaca or ShareGPT/OpenAI instructions, or pairwise
-    (chosen/rejected) preference data."""
+    """How records become samples: pretraining text, Alpaca or ShareGPT/OpenAI instructions, pairwise
+    (chosen/rejected) preference data, or R1-style RL prompts (R1AlpacaStyleInstructionHandler: input_ids is
+    the prompt rendered up to the assistant header, labels the tokens of the reference answer)."""
     jsonKeys: Annotated[list[str], Field(min_length=1), Flag("--json-keys")] = ["text"]
     """Pretraining: the record fields to tokenize, one output dataset per key."""
     mapKeys: Annotated[dict[str, Any] | None, Flag("--map-keys")] = None
@@ -56,7 +60,7 @@ class PrepConfig(EngineModel):
     ShareGPT/OpenAI: {"messages","system","tags":{"role_tag","content_tag","user_tag","assistant_tag",
     "system_tag","observation_tag","function_tag"}}."""
     promptType: Annotated[str | None, Flag("--prompt-type")] = None
-    """Chat template name for instruction data: a built-in (qwen, chatml, qwen3, llama3, llama2, empty) or one
+    """Chat template name for instruction data: a built-in (qwen, qwen_r1, chatml, qwen3, llama3, llama2, empty) or one
     defined in promptTypePath. Use 'empty' when the records already carry their template."""
     promptTypePath: Annotated[str | None, Flag("--prompt-type-path")] = None
     """A JSON or YAML file with your own templates, {name: template}; looked up before the built-ins."""
@@ -113,6 +117,10 @@ class PrepConfig(EngineModel):
     def is_pairwise(self) -> bool:
         return self.handlerName in PAIRWISE_HANDLERS
 
+    @property
+    def is_prompt_only(self) -> bool:
+        return self.handlerName in PROMPT_HANDLERS
+
     @model_validator(mode="after")
     def _consistent(self) -> "PrepConfig":
         if self.is_pretrain:
@@ -131,4 +139,6 @@ class PrepConfig(EngineModel):
             raise ValueError("pack/neatPack need seqLength")
         if self.packing and self.is_pairwise:
             raise ValueError("pairwise data cannot be packed")
+        if self.packing and self.is_prompt_only:
+            raise ValueError(f"{self.handlerName} writes one prompt per sample; it cannot be packed")
         return self

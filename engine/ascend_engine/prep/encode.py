@@ -195,6 +195,9 @@ class ChunkProcessor:
                 turns.append(([], [renderer.assistant.replace("{content}", sample.rejected)]))
             rendered.append(turns)
         encoded = self._encode_pieces(rendered)
+        if self.cfg.is_prompt_only:
+            self._prompts(samples, encoded, places, result)
+            return
         kept, kept_places = [], []
         for sample, turns, place in zip(samples, encoded, places):
             try:
@@ -222,6 +225,25 @@ class ChunkProcessor:
         else:
             self._store_instruction(result, "packed_", kept)
             result.tokens = sum(len(ids) for ids, _ in kept)
+
+    def _prompts(self, samples: list[Conversation], encoded: list, places: list, result: ChunkResult) -> None:
+        """RL prompts (MindSpeed-RL's R1 handler): input_ids = the conversation up to the last assistant header,
+        labels = the reference answer's tokens (no template, nothing masked). A prompt is never cut: one longer
+        than seqLength is a bad record."""
+        answers = [s.turns[-1][3] for s in samples]
+        answer_ids = self.tokenizer(answers, add_special_tokens=False)["input_ids"] if answers else []
+        kept = []
+        for turns, answer, place in zip(encoded, answer_ids, places):
+            prompt = [t for src, tgt in turns[:-1] for t in src + tgt] + turns[-1][0]
+            if self.cutoff is not None and len(prompt) > self.cutoff:
+                result.errors.append((*place, f"prompt has {len(prompt)} tokens, longer than seqLength "
+                                              f"{self.cfg.seqLength}"))
+                continue
+            kept.append((prompt, answer))
+        result.errors.sort(key=lambda e: (e[0], e[1]))
+        result.written = len(kept)
+        result.tokens = sum(len(p) for p, _ in kept)
+        self._store_instruction(result, "packed_", kept)
 
     def _pairwise(self, turns, result: ChunkResult):
         """History and final prompt are all prompt (-100); chosen and rejected replies share one cut."""

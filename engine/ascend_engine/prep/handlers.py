@@ -39,6 +39,8 @@ DEFAULT_MAP_KEYS: dict[str, dict[str, Any]] = {
                                       "system": "system", "history": "history"},
     "AlpacaStylePairwiseHandler": {"prompt": "instruction", "query": "input", "chosen": "chosen",
                                    "rejected": "rejected", "system": "system", "history": "history"},
+    "R1AlpacaStyleInstructionHandler": {"prompt": "instruction", "query": "input", "response": "output",
+                                        "system": "system", "history": "history"},
     "SharegptStyleInstructionHandler": {"messages": "conversations", "system": "system", "tags": SHAREGPT_TAGS},
     "SharegptStylePairwiseHandler": {"messages": "conversations", "system": "system", "chosen": "chosen",
                                      "rejected": "rejected", "tags": SHAREGPT_TAGS},
@@ -118,7 +120,8 @@ class PretrainHandler:
 
 
 class AlpacaHandler:
-    """Alpaca style: the human turn is ``instruction\\ninput``; ``history`` holds earlier [prompt, reply] pairs."""
+    """Alpaca style: the human turn is ``instruction\\ninput``; ``history`` holds earlier [prompt, reply] pairs.
+    R1 style reads the same fields; its ``response`` is the reference answer the reward compares against."""
 
     def __init__(self, cfg: PrepConfig):
         self.keys = resolve_map_keys(cfg.handlerName, cfg.mapKeys)
@@ -211,6 +214,6 @@ class SharegptHandler:
 def make_handler(cfg: PrepConfig):
     if cfg.is_pretrain:
         return PretrainHandler(cfg)
-    if cfg.handlerName.startswith("Alpaca"):
+    if cfg.handlerName.startswith(("Alpaca", "R1Alpaca")):
         return AlpacaHandler(cfg)
     return SharegptHandler(cfg)
