@@ -130,6 +130,9 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
     """
     from megatron.core.inference.contexts import StaticInferenceContext
 
+    if gpt.training:
+        raise ValueError("generate_batch needs the model in eval mode (gpt.eval()): no dropout, and Megatron "
+                         "uses the KV cache only outside training")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     lengths = [len(p) for p in prompts]
