@@ -95,7 +95,7 @@ def grpo_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: 
 
 
 def token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(tokens[:, t] | ...) from [b, T, V] ``logits`` where logits[:, t] predicts tokens[:, t] (already shifted)."""
+    """log p(tokens[:, t]) from [b, T, V] ``logits`` in which logits[:, t] predicts tokens[:, t] (already shifted)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
