@@ -59,6 +59,13 @@ def run_layout(backend, tp: int, pp: int) -> dict:
         full = torch.zeros_like(tokens, dtype=torch.float32)
         full[:, 1:] = log_softmax[:, :-1].gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
         out["full_forward_log_probs"] = full.tolist()
+        # learned absolute positions: each token's position id must follow it into the cache
+        learned = build_gpt_model(MODEL.model_copy(update={"positionEmbeddingType": "learned_absolute"}),
+                                  ParallelConfig(), 64, seed=7).eval()
+        for cache in (True, False):
+            g = generate_batch(learned, PROMPTS, max_new_tokens=10, eos_id=None, vocab_size=MODEL.vocabSize,
+                               max_length=64, use_cache=cache)
+            out[f"learned/{'cache' if cache else 'nocache'}"] = g.tokens.tolist()
     parallel_state.destroy_model_parallel()
     return out if info.rank == 0 else {}
 

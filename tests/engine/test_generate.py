@@ -38,6 +38,8 @@ def test_greedy_generation_reproduces_a_memorised_sentence(tmp_path):
         assert_ok(proc)
         return proc.stdout.strip()
 
-    assert generate("--max-new-tokens", "12").startswith(SENTENCE)
+    cached = generate("--max-new-tokens", "12")
+    assert cached.startswith(SENTENCE)
+    assert generate("--max-new-tokens", "12", "--no-kv-cache") == cached
     sampled = generate("--max-new-tokens", "4", "--top-p", "0.9", "--temperature", "0.7")
     assert sampled.startswith("The quick brown") and len(sampled) > len("The quick brown"), sampled

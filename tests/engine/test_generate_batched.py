@@ -66,6 +66,13 @@ def test_sampling_differs_from_greedy_and_log_probs_equal_a_full_forward(layouts
 
 
 @pytest.mark.engine
+def test_learned_absolute_positions_follow_tokens_into_the_cache(layouts):
+    run = layouts["tp1pp1"]
+    assert run["learned/cache"] == run["learned/nocache"]
+    assert run["learned/cache"] != run["greedy/cache"]["tokens"]  # a different model: positions do matter
+
+
+@pytest.mark.engine
 def test_a_batch_generates_what_each_prompt_generates_alone(layouts):
     """Prompts of different lengths share a batch without changing each other's tokens (no padding leaks)."""
     run = layouts["tp1pp1"]

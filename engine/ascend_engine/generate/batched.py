@@ -107,8 +107,11 @@ def _last_logits(gpt, ids: torch.Tensor, start: int, context, vocab_size: int) -
     return out[0]["logits"][:, :vocab_size].float()
 
 
-def _share_from_last_stage(*tensors: torch.Tensor) -> None:
-    """Copy the last pipeline stage's values into the same tensors on the other stages of its pipeline group."""
+def _share_from_last_stage(device: torch.device, *tensors: torch.Tensor) -> None:
+    """Copy the last pipeline stage's values into the same (CPU) tensors on the other stages of its pipeline group.
+
+    They travel on ``device``: NCCL and HCCL only move accelerator tensors.
+    """
     from megatron.core import parallel_state
 
     if parallel_state.get_pipeline_model_parallel_world_size() == 1:
@@ -116,7 +119,9 @@ def _share_from_last_stage(*tensors: torch.Tensor) -> None:
     src = parallel_state.get_pipeline_model_parallel_last_rank()
     group = parallel_state.get_pipeline_model_parallel_group()
     for t in tensors:
-        torch.distributed.broadcast(t, src=src, group=group)
+        moved = t.to(device)
+        torch.distributed.broadcast(moved, src=src, group=group)
+        t.copy_(moved.cpu())
 
 
 @torch.no_grad()
@@ -133,8 +138,13 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
     if gpt.training:
         raise ValueError("generate_batch needs the model in eval mode (gpt.eval()): no dropout, and Megatron "
                          "uses the KV cache only outside training")
+    if use_cache and getattr(gpt, "position_embedding_type", None) == "mrope":
+        raise ValueError("the KV cache needs a model built without token_positions: Megatron's static cache slices "
+                         "rotary embeddings by cache position, which per-token (mrope) positions do not follow")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     lengths = [len(p) for p in prompts]
     if max(lengths) >= max_length:
         raise ValueError(f"a prompt of {max(lengths)} tokens leaves no room below the model's {max_length}")
@@ -169,7 +179,7 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
             picked_lp = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
         else:
             pick_tokens(torch.zeros(b, vocab_size), sampling, generator)  # keep the generator in step
-        _share_from_last_stage(picked, picked_lp)
+        _share_from_last_stage(device, picked, picked_lp)
         in_prompt = t < prompt_len
         generating = ~in_prompt & ~done
         tokens[:, t] = torch.where(generating, picked, tokens[:, t])
