@@ -12,7 +12,7 @@ both loops see the same tokens. Both run on the same Trainer's model and optimiz
 order flips every block) so drift in machine speed hits both alike. One process (world of one); ``--device cuda``
 on a GPU.
 
-    .venv/bin/python benchmarks/train_step.py [--device cpu|cuda] [--hidden-size 256 --num-layers 4 --seq-length 256]
+    .venv/bin/python benchmarks/train_step.py [--device cpu|cuda] [--hidden-size 128 --num-layers 2 --seq-length 128]
 """
 from __future__ import annotations
 
@@ -40,7 +40,10 @@ def make_dataset(root: Path, vocab_size: int, size_mb: float) -> tuple[str, int]
     from ascend_engine.cli import main as engine_main
 
     rng = random.Random(0)
-    pool = [" ".join(rng.choices(WORDS, k=rng.randint(6, 24))).capitalize() + "." for _ in range(5000)]
+    # the common words plus a long tail of made-up ones, so the BPE reaches a realistic vocabulary
+    words = list(WORDS) * 50 + ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 10)))
+                                for _ in range(vocab_size)]
+    pool = [" ".join(rng.choices(words, k=rng.randint(6, 24))).capitalize() + "." for _ in range(20000)]
     corpus = root / "corpus.jsonl"
     with open(corpus, "w") as f:
         while f.tell() < size_mb * 1e6:
@@ -67,16 +70,16 @@ def spread(values: list[float], digits: int = 2) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "npu"])
-    ap.add_argument("--hidden-size", type=int, default=256)
-    ap.add_argument("--num-layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--seq-length", type=int, default=256)
+    ap.add_argument("--hidden-size", type=int, default=128)
+    ap.add_argument("--num-layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq-length", type=int, default=128)
     ap.add_argument("--micro-batch-size", type=int, default=2)
     ap.add_argument("--global-batch-size", type=int, default=4)
-    ap.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary trained on the corpus")
+    ap.add_argument("--vocab-size", type=int, default=4000, help="BPE vocabulary trained on the corpus")
     ap.add_argument("--corpus-mb", type=float, default=4.0)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per block")
     ap.add_argument("--blocks", type=int, default=3, help="blocks of each loop, interleaved (at least 3)")
     args = ap.parse_args()
     for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
