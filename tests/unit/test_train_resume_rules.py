@@ -118,7 +118,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_on_the_host_naming_the_sam
     ok = list(micro_batches(sample, collate, consumed=0, micro=2, dp=2, dp_rank=0, num_micro=2, vocab_size=128))
     assert [b["tokens"][:, 0].tolist() for b in ok] == [[0, 1], [4, 5]]
     assert all(b["tokens"].device.type == "cpu" for b in ok)
-    # rank 1 of the global batch starting at 8 reads samples 10, 11 then 14, 15; at 12: 12, 13 (rank 0)
+    # the global batch at 12: rank 0's micro-batch holds samples 12 and 13
     with pytest.raises(DataError, match=r"data.dataPath: sample 13 of the run holds token id 130, outside the "
                                         r"model's vocabulary \(128\)"):
         list(micro_batches(sample, collate, consumed=12, micro=2, dp=2, dp_rank=0, num_micro=1, vocab_size=128))
