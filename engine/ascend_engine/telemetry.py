@@ -107,10 +107,12 @@ class Progress:
     """A periodic line with done/total, rate and ETA, and a one-line summary at the end."""
 
     def __init__(self, what: str, total: int | None = None, unit: str = "items", interval_s: float = 5.0,
-                 stream: TextIO | None = None, enabled: bool = True):
+                 stream: TextIO | None = None, enabled: bool = True, already_done: int = 0):
+        """``already_done``: work finished before this process started (a resumed run's iterations); it counts
+        towards done/total but not towards the rate, which is this process's own."""
         self.what, self.total, self.unit = what, total, unit
         self.interval_s, self.stream, self.enabled = interval_s, stream or sys.stderr, enabled
-        self.done = 0
+        self.done = self.already_done = already_done
         self.start = self._last = time.monotonic()
 
     @property
@@ -118,10 +120,10 @@ class Progress:
         return time.monotonic() - self.start
 
     def rate(self) -> float:
-        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+        return (self.done - self.already_done) / self.elapsed if self.elapsed > 0 else 0.0
 
     def eta(self) -> float | None:
-        if not self.total or not self.done:
+        if not self.total or self.done <= self.already_done:
             return None
         return (self.total - self.done) / max(self.rate(), 1e-12)
 

@@ -6,6 +6,7 @@ helpers). Runs are single-process unless parallelism is what is checked; each is
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,19 @@ def test_neat_packed_samples_train_as_if_apart(tmp_path, prepared):
     loss_together = run_single(tmp_path, together)[0]
     assert len(loss_apart) == len(loss_together) == 4
     np.testing.assert_allclose(loss_together, loss_apart, rtol=2e-5)
+
+
+@pytest.mark.engine
+def test_token_ids_beyond_the_vocabulary_stop_the_run_naming_the_sample(tmp_path, prepared):
+    """The tokenizer has 400 ids; a model configured for 96 (padded to 128) must refuse, not index out of range."""
+    cfg = config({"dataPath": [str(prepared / "a")]}, trainIters=2) | {"model": {**MODEL, "vocabSize": 96,
+                                                                               "paddedVocabSize": 128}}
+    path = tmp_path / "small_vocab.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+    proc = subprocess.run([sys.executable, "-m", "ascend_engine.cli", "train", "--config", str(path)],
+                          capture_output=True, text=True, timeout=120, env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    assert re.search(r"bad training data: data.dataPath: sample \d+ of the run holds token id \d+, outside the "
+                     r"model's vocabulary \(128\)", proc.stderr), proc.stderr[-4000:]
+    assert not LINE.search(proc.stdout)

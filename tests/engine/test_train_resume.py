@@ -1,6 +1,10 @@
 """Resume: 10 steps straight equal 5 steps + resume + 5 steps (model, optimizer, scheduler, RNG, data position)."""
 from __future__ import annotations
 
+import math
+import re
+import shutil
+
 import pytest
 import torch
 
@@ -9,6 +13,7 @@ from test_train_torchrun import TINY, assert_ok, run_train
 # Same processes, same thread count, same data: the resumed run repeats the straight run's arithmetic, so the
 # losses agree to float32 round-off (a lost optimizer state or data position moves them by 1e-2 or more).
 TOLERANCE = 1e-5
+LR = re.compile(r"learning rate: (\S+) \|")
 
 
 @pytest.mark.engine
@@ -47,3 +52,93 @@ def test_resume_continues_exactly(tmp_path):
     assert_ok(proc)
     assert [s[0] for s in tuned] == [1, 2]
     assert tuned[0][2] < 0.8 * straight[0][2], (tuned, straight[0])
+
+
+def _resume_from_iteration_5(tmp_path, config, *flags, nproc):
+    """A straight 10-step run that saves at 5 and 10, and a second run resumed from its iteration-5 checkpoint.
+
+    The checkpoint at 5 is written in the middle of the straight run, so the straight run's later iterations are
+    exactly what a correct resume must repeat. Returns (straight steps, resumed steps, resumed stdout, dirs).
+    """
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    proc, first = run_train(tmp_path, {**config, "checkpoint": {"save": str(straight), "saveInterval": 5}},
+                            *flags, nproc=nproc, name="straight.yaml")
+    assert_ok(proc)
+    resumed.mkdir()
+    shutil.copytree(straight / "iter_0000005", resumed / "iter_0000005")
+    (resumed / "latest_checkpointed_iteration.txt").write_text("5\n")
+    proc, second = run_train(tmp_path, {**config, "checkpoint": {"save": str(resumed), "load": str(resumed)}},
+                             *flags, nproc=nproc, name="resumed.yaml")
+    assert_ok(proc)
+    return first, second, proc.stdout, straight, resumed
+
+
+DISTRIBUTED_LAYOUTS = {  # name: (processes, flags, precision); fp32 main params are views of the model's, bf16's copies
+    "dp2-fp32": (2, [], "fp32"),
+    "tp2dp2-bf16": (4, ["--tensor-model-parallel-size", "2"], "bf16"),
+}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("layout", list(DISTRIBUTED_LAYOUTS))
+def test_resume_with_distributed_optimizer_continues_bitwise(tmp_path, layout):
+    """ZeRO-1 resume: the sharded main params and Adam moments come back from distrib_optim.pt on every DP rank
+    (it used to crash in megatron-core's loader in fp32), so the resumed run repeats the straight one bit for bit."""
+    nproc, flags, precision = DISTRIBUTED_LAYOUTS[layout]
+    config = {**TINY, "parallel": {"useDistributedOptimizer": True},
+              "training": {**TINY["training"], "trainIters": 10, "precision": precision},
+              "optimizer": {"lr": 3e-3, "lrDecayStyle": "cosine", "lrWarmupIters": 2}}
+    straight, resumed, stdout, straight_dir, resumed_dir = _resume_from_iteration_5(tmp_path, config, *flags,
+                                                                                    nproc=nproc)
+    assert "loaded checkpoint" in stdout
+    assert [s[0] for s in resumed] == list(range(6, 11))
+    assert [(s[1], s[2]) for s in resumed] == [(s[1], s[2]) for s in straight[5:]], "losses or data position differ"
+    assert "ETA:" in stdout
+    for rank_dir in sorted((straight_dir / "iter_0000010").iterdir()):
+        other = resumed_dir / "iter_0000010" / rank_dir.name
+        a = torch.load(rank_dir / "model_optim_rng.pt", weights_only=False)
+        b = torch.load(other / "model_optim_rng.pt", weights_only=False)
+        for key, value in a["model"].items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(b["model"][key], value), f"{rank_dir.name} {key}"
+        shards_a = torch.load(rank_dir / "distrib_optim.pt", weights_only=False)
+        shards_b = torch.load(other / "distrib_optim.pt", weights_only=False)
+        flat_a, flat_b = _tensors(shards_a), _tensors(shards_b)
+        assert flat_a.keys() == flat_b.keys() and flat_a
+        for key in flat_a:
+            assert torch.equal(flat_a[key], flat_b[key]), f"{rank_dir.name} optimizer state {key}"
+
+
+def _tensors(tree, prefix="") -> dict:
+    """Every tensor in a nested dict/list, by path."""
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list | tuple) else ()
+    out = {}
+    for key, value in items:
+        out.update(_tensors(value, f"{prefix}/{key}"))
+    return out
+
+
+@pytest.mark.engine
+def test_resume_with_longer_train_iters_refuses_then_overrides(tmp_path):
+    """Megatron-LM's rule: a different schedule is an error naming both values, until the run says which wins."""
+    config = {**TINY, "training": {**TINY["training"], "trainIters": 5},
+              "optimizer": {"lr": 3e-3, "minLr": 3e-5, "lrDecayStyle": "cosine"}}
+    ckpt = str(tmp_path / "ckpt")
+    proc, _ = run_train(tmp_path, {**config, "checkpoint": {"save": ckpt}}, nproc=1, name="a.yaml")
+    assert_ok(proc)
+    longer = {**config, "training": {**config["training"], "trainIters": 10}, "checkpoint": {"load": ckpt}}
+    proc, steps = run_train(tmp_path, longer, nproc=1, name="b.yaml")
+    assert proc.returncode != 0 and not steps
+    assert "training.trainIters (--train-iters): this run 10, checkpoint 5" in proc.stderr, proc.stderr[-3000:]
+    assert "--override-opt-param-scheduler" in proc.stderr
+
+    proc, steps = run_train(tmp_path, longer, "--override-opt-param-scheduler", nproc=1, name="c.yaml")
+    assert_ok(proc)
+    assert [s[0] for s in steps] == list(range(6, 11))
+    lrs = [float(x) for x in LR.findall(proc.stdout)]
+    # The line after iteration i shows the rate for the next step: cosine over 10 steps from 3e-3 to 3e-5,
+    # picked up at step 6, not stuck at the 5-step schedule's floor.
+    expected = [3e-5 + 0.5 * (3e-3 - 3e-5) * (1 + math.cos(math.pi * i / 10)) for i in range(6, 11)]
+    assert lrs == pytest.approx(expected, rel=1e-5)

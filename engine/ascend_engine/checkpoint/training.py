@@ -15,9 +15,11 @@ import sys
 import numpy as np
 import torch
 
+from .distrib_optim import load_distributed_optimizer
 from .layout import RELEASE, checkpoint_dir, read_latest
 from .megatron_args import megatron_args
 from .save import save_checkpoint
+from .scheduler import mismatch_message, schedule_differences
 
 MODEL_FILE = "model_optim_rng.pt"
 DISTRIB_OPTIM_FILE = "distrib_optim.pt"
@@ -137,14 +139,29 @@ def _load_model(trainer, state: dict, where, adapters: bool) -> None:
         raise CheckpointMismatch(f"{where}: tensors this model does not have, e.g. {unexpected[0]}")
 
 
+def _restore_scheduler(trainer, saved: dict, where) -> None:
+    """The schedule position always comes from the checkpoint; its shape only if it agrees with this run or the
+    run says which one wins (the scheduler was built with the same choice, see ``train.optim``)."""
+    o = trainer.cfg.optimizer
+    differences = schedule_differences(trainer.scheduler, saved)
+    if differences and not (o.overrideOptParamScheduler or o.useCheckpointOptParamScheduler):
+        raise CheckpointMismatch(mismatch_message(where, differences))
+    trainer.scheduler.load_state_dict(saved)
+    if differences and trainer.info.rank == 0:
+        kept = "this run's" if o.overrideOptParamScheduler else "the checkpoint's"
+        print(f"learning-rate schedule: using {kept} values where they differ: {'; '.join(differences)}",
+              flush=True)
+
+
 def _resume(trainer, iteration, folder, state) -> None:
     """Optimizer, scheduler, RNG, iteration and data position, as ``cfg.checkpoint`` allows."""
     cfg, info, ck = trainer.cfg, trainer.info, trainer.cfg.checkpoint
     if ck.loadOptim and "optimizer" in state:
-        trainer.optimizer.load_state_dict(state["optimizer"])
         if cfg.parallel.useDistributedOptimizer:
-            trainer.optimizer.load_parameter_state(str(folder / DISTRIB_OPTIM_FILE))
-        trainer.scheduler.load_state_dict(state["opt_param_scheduler"])
+            load_distributed_optimizer(trainer.optimizer, state["optimizer"], str(folder / DISTRIB_OPTIM_FILE))
+        else:
+            trainer.optimizer.load_state_dict(state["optimizer"])
+        _restore_scheduler(trainer, state["opt_param_scheduler"], folder / MODEL_FILE)
     if ck.loadRng and "rng_state" in state:
         rngs = state["rng_state"]
         set_rng_state(rngs[info.dp_rank] if len(rngs) == info.dp else rngs[0])

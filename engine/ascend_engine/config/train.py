@@ -154,6 +154,19 @@ class OptimizerConfig(EngineModel):
     """Adam beta2."""
     adamEps: Annotated[float, Field(gt=0), Flag("--adam-eps")] = 1e-8
     """Adam epsilon."""
+    overrideOptParamScheduler: Annotated[bool, Flag("--override-opt-param-scheduler")] = False
+    """On resume, continue with this run's learning-rate and weight-decay schedule (lr, minLr, warm-up, decay
+    style, trainIters) where it differs from the checkpoint's; the step count still comes from the checkpoint.
+    Without this or useCheckpointOptParamScheduler a differing schedule is an error."""
+    useCheckpointOptParamScheduler: Annotated[bool, Flag("--use-checkpoint-opt-param-scheduler")] = False
+    """On resume, keep the checkpoint's learning-rate and weight-decay schedule and ignore this run's."""
+
+    @model_validator(mode="after")
+    def _one_schedule_source(self) -> "OptimizerConfig":
+        if self.overrideOptParamScheduler and self.useCheckpointOptParamScheduler:
+            raise ValueError("overrideOptParamScheduler and useCheckpointOptParamScheduler exclude each other: "
+                             "pick this run's schedule or the checkpoint's")
+        return self
 
 
 class DataConfig(EngineModel):

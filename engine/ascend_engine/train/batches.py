@@ -11,11 +11,28 @@ from typing import Any
 
 import torch
 
+from ..data.sources import DataError
+
 Batch = dict[str, torch.Tensor]
 
 
 def micro_batches(sample: Callable[[int], Any], collate: Callable[[list], Batch], consumed: int, micro: int,
-                  dp: int, dp_rank: int, num_micro: int) -> Iterator[Batch]:
+                  dp: int, dp_rank: int, num_micro: int, vocab_size: int) -> Iterator[Batch]:
     for k in range(num_micro):
         first = consumed + (k * dp + dp_rank) * micro
-        yield collate([sample(first + j) for j in range(micro)])
+        batch = collate([sample(first + j) for j in range(micro)])
+        check_vocabulary(batch["tokens"], vocab_size, first)
+        yield batch
+
+
+def check_vocabulary(tokens: torch.Tensor, vocab_size: int, first_sample: int) -> None:
+    """Refuse token ids the embedding does not have, naming the sample (row ``i`` is ``first_sample + i``).
+
+    Runs on the host copy, before the batch goes to the device: the same check on the device would wait for
+    the device (a device-to-host sync) on every micro-batch.
+    """
+    if tokens.numel() and int(tokens.max()) >= vocab_size:
+        row = int((tokens >= vocab_size).any(dim=-1).nonzero()[0])
+        raise DataError(f"data.dataPath: sample {first_sample + row} of the run holds token id "
+                        f"{int(tokens[row].max())}, outside the model's vocabulary ({vocab_size}); set "
+                        "model.vocabSize / paddedVocabSize for this tokenizer")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..telemetry import format_seconds
+
 
 @dataclass
 class StepStats:
@@ -19,6 +21,7 @@ class StepStats:
     mfu: float
     loss_scale: float | None = None
     skipped: int = 0
+    eta_seconds: float | None = None  # from this process's recent step time, never from resumed iterations
 
 
 def format_line(s: StepStats) -> str:
@@ -26,6 +29,7 @@ def format_line(s: StepStats) -> str:
         f" iteration {s.iteration:8d}/{s.train_iters:8d}",
         f"consumed samples: {s.consumed_samples:12d}",
         f"elapsed time per iteration (ms): {s.ms_per_iter:.1f}",
+        *([f"ETA: {format_seconds(s.eta_seconds)}"] if s.eta_seconds is not None else []),
         f"learning rate: {s.learning_rate:.6E}",
         f"global batch size: {s.global_batch_size:5d}",
         f"lm loss: {s.loss:.6E}",

@@ -108,12 +108,7 @@ class Trainer:
 
         batch = next(data_iterator)
         device = self.backend.torch_device
-        tokens = batch["tokens"].to(device)
-        if int(tokens.max()) >= self.vocab_size:
-            from ..data.sources import DataError
-
-            raise DataError(f"data.dataPath: token id {int(tokens.max())} is outside the model's vocabulary "
-                            f"({self.vocab_size}); set model.vocabSize / paddedVocabSize for this tokenizer")
+        tokens = batch["tokens"].to(device)  # token ids were checked on the host (micro_batches)
         position_ids = batch.get("position_ids")
         if position_ids is None:
             position_ids = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
@@ -131,7 +126,7 @@ class Trainer:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         data = micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize, self.info.dp,
-                             self.info.dp_rank, self.num_micro)
+                             self.info.dp_rank, self.num_micro, self.vocab_size)
         losses = get_forward_backward_func()(
             forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
             num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
@@ -165,8 +160,8 @@ class Trainer:
     def run(self) -> TrainResult:
         cfg, t, obs = self.cfg, self.cfg.training, self.cfg.observability
         rank0 = self.info.rank == 0
-        progress = Progress("train", total=t.trainIters, unit="iters", interval_s=60.0, enabled=rank0)
-        progress.done = self.iteration
+        progress = Progress("train", total=t.trainIters, unit="iters", interval_s=60.0, enabled=rank0,
+                            already_done=self.iteration)
         losses: list[float] = []
         checkpoint: str | None = None
         tokens_per_step = t.globalBatchSize * t.seqLength
@@ -217,7 +212,8 @@ class Trainer:
             iteration=self.iteration, train_iters=t.trainIters, consumed_samples=self.consumed,
             ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
             grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
-            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1)), flush=True)
+            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1,
+            eta_seconds=eta)), flush=True)
         if self.tensorboard:
             for name, value in (("lm loss", loss), ("learning-rate", lr), ("grad-norm", grad_norm),
                                 ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu)):

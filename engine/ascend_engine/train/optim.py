@@ -16,7 +16,6 @@ def warmup_iters(cfg: TrainConfig) -> int:
 def build_optimizer(cfg: TrainConfig, model_chunks: list, params_dtype: torch.dtype):
     """Megatron's optimizer over the DDP-wrapped chunks and a scheduler stepped once per iteration."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     o = cfg.optimizer
     config = OptimizerConfig(
@@ -28,11 +27,22 @@ def build_optimizer(cfg: TrainConfig, model_chunks: list, params_dtype: torch.dt
         initial_loss_scale=2.0 ** 16,
     )
     optimizer = get_megatron_optimizer(config, model_chunks)
+    return optimizer, build_scheduler(cfg, optimizer)
+
+
+def build_scheduler(cfg: TrainConfig, optimizer):
+    """megatron-core's LR/WD scheduler over ``optimizer``'s param groups (any torch optimizer will do)."""
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    o = cfg.optimizer
     iters = cfg.training.trainIters
     warmup = warmup_iters(cfg)
-    scheduler = OptimizerParamScheduler(
+    return OptimizerParamScheduler(
         optimizer, init_lr=0.0 if warmup else o.lr, max_lr=o.lr, min_lr=o.minLr,
         lr_warmup_steps=warmup, lr_decay_steps=iters, lr_decay_style=o.lrDecayStyle,
         start_wd=o.weightDecay, end_wd=o.weightDecay, wd_incr_steps=iters, wd_incr_style="constant",
+        # Megatron-LM's defaults (megatron-core's own default silently keeps the checkpoint's schedule);
+        # checkpoint.training refuses a differing schedule before either applies.
+        override_opt_param_scheduler=o.overrideOptParamScheduler,
+        use_checkpoint_opt_param_scheduler=o.useCheckpointOptParamScheduler,
     )
-    return optimizer, scheduler
