@@ -1,22 +1,33 @@
-"""Throughput of ``ascend-engine preprocess``: generated pretraining text and Alpaca data, 1 and 2 workers.
+"""``ascend-engine preprocess`` against a plain copy and Megatron-LM's ``tools/preprocess_data.py``.
 
-    .venv/bin/python benchmarks/preprocess.py [--size-mb 200] [--workers 1 2] [--keep DIR]
+    .venv/bin/python benchmarks/preprocess.py [--size-mb 100] [--workers 1 2] [--rounds 3] [--megatron-lm PATH]
 
-Prints MB/s, records/s, tokens/s and the peak RSS of the largest process for every run, and checks that
-every worker count wrote the same bytes. The tokenizer is a byte-level BPE trained here on the generated
-text (no downloads), with Qwen's ChatML special tokens.
+Generated pretraining jsonl, ``--append-eod``, every worker count; the contenders run interleaved (copy, ours
+w1, Megatron w1, ours w2, ...) for ``--rounds`` rounds, each in its own process. Prints median and spread of
+wall and CPU seconds, ratios, peak RSS, whether ours and Megatron's ``.bin``/``.idx`` are byte-identical and
+whether every worker count wrote the same bytes. The tokenizer is a byte-level BPE trained here on the
+generated text (no downloads), with Qwen's ChatML special tokens.
+
+Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on CPU with
+``--tokenizer-type HuggingFaceTokenizer``; it imports ``six`` and ``einops``:
+``.venv/bin/pip install six einops`` first.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
-import subprocess
+import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sidebyside import Contender, interleave, table  # noqa: E402
 
 WORDS = ("the of and to in is was for on that with as by at from his her an which were are this be also had "
          "model data training token sequence layer attention parallel tensor pipeline device cluster node "
@@ -29,23 +40,16 @@ def sentences(rng: random.Random, n: int) -> list[str]:
     return [" ".join(rng.choices(WORDS, k=rng.randint(6, 24))).capitalize() + "." for _ in range(n)]
 
 
-def generate(directory: Path, size_mb: float) -> dict[str, Path]:
-    """Two jsonl files of about ``size_mb`` each: pretraining documents and Alpaca records."""
+def generate(path: Path, size_mb: float) -> Path:
+    """A jsonl file of about ``size_mb`` of pretraining documents."""
     rng = random.Random(0)
     pool = sentences(rng, 20000)
     target = int(size_mb * 1e6)
-    paths = {"pretrain": directory / "pretrain.jsonl", "alpaca": directory / "alpaca.jsonl"}
-    for kind, path in paths.items():
-        with open(path, "w", encoding="utf-8") as f:
-            while f.tell() < target:
-                if kind == "pretrain":
-                    record = {"text": " ".join(rng.choices(pool, k=rng.randint(5, 60)))}
-                else:
-                    record = {"instruction": " ".join(rng.choices(pool, k=rng.randint(1, 4))),
-                              "input": rng.choice(pool) if rng.random() < 0.4 else "",
-                              "output": " ".join(rng.choices(pool, k=rng.randint(2, 12)))}
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return paths
+    with open(path, "w", encoding="utf-8") as f:
+        while f.tell() < target:
+            f.write(json.dumps({"text": " ".join(rng.choices(pool, k=rng.randint(5, 60)))}, ensure_ascii=False)
+                    + "\n")
+    return path
 
 
 def train_tokenizer(directory: Path, sample: list[str]) -> Path:
@@ -62,49 +66,76 @@ def train_tokenizer(directory: Path, sample: list[str]) -> Path:
     return directory
 
 
-def run(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of the largest process of one preprocess run."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "ascend_engine", "preprocess", *argv],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"preprocess failed:\n{proc.stderr.read()}")
-    proc.stderr.close()
-    return wall, usage.ru_maxrss
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=float, default=200.0, help="size of each generated jsonl file")
+    parser.add_argument("--size-mb", type=float, default=100.0, help="size of the generated pretraining jsonl")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--megatron-lm", type=Path, help="Megatron-LM core_v0.12.1 checkout to compare with")
     parser.add_argument("--keep", help="work in this directory and keep it (default: a temp dir)")
     args = parser.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="prep-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    inputs = generate(work, args.size_mb)
+    data = generate(work / "pretrain.jsonl", args.size_mb)
     tokenizer = train_tokenizer(work / "tokenizer", sentences(random.Random(1), 20000))
-    print(f"generated {', '.join(f'{k} {p.stat().st_size / 1e6:.0f} MB' for k, p in inputs.items())} "
-          f"and a {8000}-token BPE in {time.perf_counter() - t:.0f}s ({os.cpu_count()} CPUs)")
-    print(f"{'data':9} {'workers':>7} {'wall s':>8} {'MB/s':>7} {'records/s':>10} {'tokens/s':>10} "
-          f"{'peak RSS MB':>11}  identical")
-    for kind, path in inputs.items():
-        extra = (["--append-eod"] if kind == "pretrain" else
-                 ["--handler-name", "AlpacaStyleInstructionHandler", "--prompt-type", "qwen", "--seq-length", "2048"])
-        reference = None
-        for workers in args.workers:
-            prefix = work / f"{kind}-w{workers}" / kind
-            wall, rss = run(["--input", str(path), "--tokenizer-name-or-path", str(tokenizer), "--output-prefix",
-                             str(prefix), "--workers", str(workers), *extra])
-            manifest = json.loads(Path(f"{prefix}_manifest.json").read_text())
-            sums = [(o["bin"]["sha256"], o["idx"]["sha256"]) for o in manifest["outputs"]]
-            reference = reference or sums
-            mb = path.stat().st_size / 1e6
-            print(f"{kind:9} {workers:>7} {wall:>8.1f} {mb / wall:>7.2f} {manifest['records']['read'] / wall:>10.0f} "
-                  f"{manifest['tokens'] / wall:>10.0f} {rss / 1024:>11.0f}  {'yes' if sums == reference else 'NO'}")
+    size = data.stat().st_size
+    print(f"generated {size / 1e6:.0f} MB of pretraining jsonl and an 8000-token BPE in {time.perf_counter() - t:.0f}s "
+          f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+
+    def out(name: str) -> Path:
+        return work / name / "p"
+
+    def fresh(name: str):
+        return lambda _round: shutil.rmtree(work / name, ignore_errors=True)
+
+    contenders = [Contender("cp (read + write once)", lambda r: ["cp", str(data), str(work / "copy.jsonl")])]
+    for w in args.workers:
+        contenders.append(Contender(
+            f"ascend-engine preprocess w{w}",
+            lambda r, w=w: [sys.executable, "-m", "ascend_engine", "preprocess", "--input", str(data),
+                            "--tokenizer-name-or-path", str(tokenizer), "--output-prefix", str(out(f"ours-w{w}")),
+                            "--workers", str(w), "--append-eod"], fresh(f"ours-w{w}")))
+        if args.megatron_lm:
+            peer = args.megatron_lm.resolve()
+            contenders.append(Contender(
+                f"Megatron-LM preprocess_data w{w}",
+                lambda r, w=w, peer=peer: [
+                    sys.executable, str(peer / "tools" / "preprocess_data.py"), "--input", str(data),
+                    "--output-prefix", str(out(f"megatron-w{w}")), "--tokenizer-type", "HuggingFaceTokenizer",
+                    "--tokenizer-model", str(tokenizer), "--workers", str(w), "--append-eod"],
+                lambda r, w=w: (shutil.rmtree(work / f"megatron-w{w}", ignore_errors=True),
+                                (work / f"megatron-w{w}").mkdir()),
+                env=dict(os.environ, PYTHONPATH=str(peer))))
+    interleave(contenders, args.rounds)
+    print(f"\n{args.rounds} interleaved rounds, {size / 1e6:.0f} MB jsonl, load average now "
+          f"{os.getloadavg()[0]:.1f}:")
+    print(table(contenders, contenders[0], size))
+    by_name = {c.name: c for c in contenders}
+    for w in args.workers:
+        ours = by_name[f"ascend-engine preprocess w{w}"]
+        files = [out(f"ours-w{w}").with_name(f"p_text_document.{ext}") for ext in ("bin", "idx")]
+        same_as_w1 = [sha256(f) for f in files] == [
+            sha256(out(f"ours-w{args.workers[0]}").with_name(f.name)) for f in files]
+        line = f"workers {w}: ours {ours.median:.1f} s, identical to workers {args.workers[0]}: {same_as_w1}"
+        if args.megatron_lm:
+            peer = by_name[f"Megatron-LM preprocess_data w{w}"]
+            identical = all(sha256(f) == sha256(out(f"megatron-w{w}").with_name(f.name)) for f in files)
+            ratios = sorted(p / o for p, o in zip(peer.seconds, ours.seconds))
+            line += (f"; Megatron-LM {peer.median:.1f} s: ours is {statistics.median(ratios):.2f}x faster "
+                     f"({ratios[0]:.2f}-{ratios[-1]:.2f}), CPU {statistics.median(peer.cpu) / statistics.median(ours.cpu):.2f}x "
+                     f"less; byte-identical .bin and .idx: {identical}")
+        print(line)
+    if len(args.workers) > 1:
+        print("scaling: " + ", ".join(f"w{w} {by_name[f'ascend-engine preprocess w{args.workers[0]}'].median / by_name[f'ascend-engine preprocess w{w}'].median:.2f}x"
+                                       for w in args.workers[1:]) + f" over w{args.workers[0]}")
     print(f"(wall time includes interpreter start and tokenizer load; outputs in {work})")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

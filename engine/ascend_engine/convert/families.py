@@ -16,6 +16,7 @@ import torch
 from ..config.train import ModelConfig
 from .errors import ConvertError
 from .mcore_layout import is_extra_state, model_keys, split_layer_key
+from .tensor_parallel import cat
 
 
 class MappingError(ConvertError):
@@ -65,7 +66,7 @@ def to_mcore(rule: str, tensors: list[torch.Tensor], model: ModelConfig, key: st
         gate, up = tensors
         if gate.shape != up.shape:
             raise MappingError(f"{key}: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ in shape")
-        return torch.cat([gate, up], dim=0)
+        return cat([gate, up], 0)
     if rule == "qkv":
         q, k, v = tensors
         groups, dim = model.num_query_groups, model.head_dim
@@ -78,7 +79,7 @@ def to_mcore(rule: str, tensors: list[torch.Tensor], model: ModelConfig, key: st
         rest = q.shape[1:]
         per_group = [q.reshape(groups, heads // groups * dim, *rest), k.reshape(groups, dim, *rest),
                      v.reshape(groups, dim, *rest)]
-        return torch.cat(per_group, dim=1).reshape(-1, *rest)
+        return cat(per_group, 1).reshape(-1, *rest)
     raise ValueError(f"unknown rule {rule!r}")
 
 

@@ -1,12 +1,13 @@
 """Read and write HF safetensors checkpoints one tensor at a time.
 
-Reading parses each shard's header and reads a tensor's bytes with a plain ``readinto`` when asked (no mmap,
-so the resident set stays one tensor large). Writing takes a plan (names, dtypes, shapes, in the order the
+Reading parses each shard's header and maps a tensor's bytes when asked (one map per tensor, so the
+resident set stays one tensor large). Writing takes a plan (names, dtypes, shapes, in the order the
 tensors will come), writes each shard's header first, then the tensors as they arrive.
 """
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -98,15 +99,23 @@ class SafetensorsReader:
         return torch.empty(e.shape, dtype=e.dtype, device="meta")
 
     def load(self, name: str) -> torch.Tensor:
+        """The tensor over a private memory map of just its bytes: no zero-filled buffer and no copy; pages
+        come straight from the page cache as they are touched and go when the tensor is dropped."""
         e = self._entry(name)
-        buf = bytearray(e.end - e.start)
-        with e.path.open("rb") as f:
-            f.seek(e.start)
-            if f.readinto(buf) != len(buf):
-                raise SafetensorsError(f"{e.path}: truncated while reading {name}")
-        if not buf:
+        nbytes = e.end - e.start
+        if not nbytes:
             return torch.empty(e.shape, dtype=e.dtype)
-        return torch.frombuffer(buf, dtype=e.dtype).reshape(e.shape)
+        start = e.start - e.start % mmap.ALLOCATIONGRANULARITY
+        try:
+            with e.path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size < e.end:
+                    raise SafetensorsError(f"{e.path}: truncated while reading {name}")
+                view = mmap.mmap(f.fileno(), e.end - start, mmap.MAP_PRIVATE,
+                                 mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+        except OSError as err:
+            raise SafetensorsError(f"{e.path}: cannot read {name} ({err})") from err
+        return torch.frombuffer(view, dtype=e.dtype, count=nbytes // e.dtype.itemsize,
+                                offset=e.start - start).reshape(e.shape)
 
     def _entry(self, name: str) -> _Entry:
         try:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import collections
 import io
+import os
 import pickle
 import struct
 import sys
 import zipfile
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,12 +70,19 @@ class _Pickler(pickle.Pickler):
 
 class StreamingTorchWriter:
     """``add(tensor)`` writes the data now and returns a placeholder to put in the object;
-    ``close(obj)`` pickles the object (with placeholders) as ``data.pkl``."""
+    ``close(obj)`` pickles the object (with placeholders) as ``data.pkl``.
+
+    torch's zip writer would checksum every record inline, holding the GIL: that costs as much as the write
+    itself. Here it writes without checksums, the CRC-32 of each tensor is computed on a thread (zlib releases
+    the GIL) while the next one is written, and ``close`` patches the CRCs into the finished archive, so the
+    file is the ordinary, fully checksummed zip that ``torch.save`` writes.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._zip = torch._C.PyTorchFileWriter(str(self.path))
+        self._zip = torch._C.PyTorchFileWriter(str(self.path), False)
         self._next = 0
+        self._crcs: dict[str, Future] = {}
         self.bytes_written = 0
 
     def add(self, tensor: torch.Tensor) -> _SavedTensor:
@@ -80,9 +90,10 @@ class StreamingTorchWriter:
         key = str(self._next)
         self._next += 1
         nbytes = tensor.numel() * tensor.element_size()
-        if tensor.storage_offset() or tensor.untyped_storage().nbytes() != nbytes:
-            tensor = tensor.clone()  # a TP chunk of a bigger tensor: the writer takes whole storages only
-        self._zip.write_record(f"data/{key}", tensor.untyped_storage(), nbytes)
+        # A slice of the storage shares its memory: a TP chunk of a bigger tensor is written without a copy.
+        start = tensor.storage_offset() * tensor.element_size()
+        self._zip.write_record(f"data/{key}", tensor.untyped_storage()[start:start + nbytes], nbytes)
+        self._crcs[f"data/{key}"] = _checksums().submit(_crc32, tensor)
         self.bytes_written += nbytes
         return _SavedTensor(_StorageRef(key, tensor.dtype, tensor.numel()), tuple(tensor.shape))
 
@@ -95,6 +106,62 @@ class StreamingTorchWriter:
         self._zip.write_record("byteorder", sys.byteorder, len(sys.byteorder))
         self._zip.write_end_of_file()
         self._zip = None
+        _patch_crcs(self.path, {name: future.result() for name, future in self._crcs.items()})
+        self._crcs.clear()
+
+
+def _crc32(tensor: torch.Tensor) -> int:
+    return zlib.crc32(tensor.view(torch.uint8).reshape(-1).numpy()) if tensor.numel() else 0
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _checksums() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="crc32")
+    return _POOL
+
+
+_LOCAL_HEADER, _CENTRAL_HEADER = b"PK\x03\x04", b"PK\x01\x02"
+
+
+def _patch_crcs(path: Path, known: dict[str, int]) -> None:
+    """Write the CRC-32 of every record into its local header and its central directory entry. ``known`` holds
+    the tensors' CRCs by record name (without the archive's folder); the few small records torch adds itself
+    (``data.pkl``, ``version``, ``.data/serialization_id``...) are read back and checksummed here."""
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+        central = archive.start_dir
+    with path.open("r+b") as f:
+        crcs = []
+        for info in infos:
+            name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
+            if name in known:
+                crcs.append(known[name])
+                continue
+            f.seek(info.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            f.seek(info.header_offset + 30 + name_len + extra_len)
+            crcs.append(zlib.crc32(f.read(info.file_size)))
+        for info, crc in zip(infos, crcs):
+            f.seek(info.header_offset)
+            if f.read(4) != _LOCAL_HEADER:
+                raise CheckpointFileError(f"{path}: no local header for {info.filename} at {info.header_offset}")
+            f.seek(info.header_offset + 14)
+            f.write(struct.pack("<I", crc))
+        f.seek(central)
+        directory = bytearray(f.read())
+        at = 0
+        for crc in crcs:
+            if directory[at:at + 4] != _CENTRAL_HEADER:
+                raise CheckpointFileError(f"{path}: malformed central directory at {central + at}")
+            struct.pack_into("<I", directory, at + 16, crc)
+            name_len, extra_len, comment_len = struct.unpack_from("<HHH", directory, at + 28)
+            at += 46 + name_len + extra_len + comment_len
+        f.seek(central)
+        f.write(directory)
 
 
 class LazyTensor:

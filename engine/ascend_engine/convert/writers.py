@@ -20,7 +20,7 @@ from .mcore_layout import EMBEDDING, OUTPUT, is_extra_state, model_keys, split_k
 from .megatron_io import CHECKPOINT_VERSION, checkpoint_args
 from .safetensors_io import SafetensorsWriter
 from .sources import Unsplit
-from .tensor_parallel import split
+from .tensor_parallel import cat, split
 from .torch_file import StreamingTorchWriter
 
 
@@ -36,7 +36,7 @@ def fit_vocab(tensor: torch.Tensor, rows: int) -> torch.Tensor:
     equals a real one and never wins a greedy argmax on its own)."""
     if tensor.shape[0] >= rows:
         return tensor[:rows]
-    return torch.cat([tensor, tensor[-1:].expand(rows - tensor.shape[0], *tensor.shape[1:])], dim=0)
+    return cat([tensor, tensor[-1:].expand(rows - tensor.shape[0], *tensor.shape[1:])], 0)
 
 
 def _prepare(unsplit: Unsplit, key: str, rows: int, dtype: torch.dtype | None, meta: bool) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,22 @@ def load_tokenizer(cfg: PrepConfig):
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
         raise ConfigError(f"tokenizerNameOrPath: cannot load a tokenizer from {path}: {e}") from None
+
+
+def encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """Token ids of many texts. A fast tokenizer's ``tokenizer(texts)`` calls its Rust backend's ``encode_batch``
+    and then builds a BatchEncoding (attention masks included) text by text; here the ids come straight from
+    the backend, set up as ``__call__`` sets it up without truncation or padding, so they are the same ids."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None or getattr(tokenizer, "split_special_tokens", False):
+        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    return [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
 
 def split_budget(source: int, target: int, budget: int) -> tuple[int, int]:
@@ -145,11 +162,11 @@ class ChunkProcessor:
     # ------------------------------------------------------------------ pretraining
 
     def _pretrain(self, samples: list[list[str]], result: ChunkResult) -> None:
-        eod = [self.tokenizer.eos_token_id] if self.cfg.appendEod else []
         for k, key in enumerate(self.keys):
-            texts = [s[k] for s in samples]
-            ids = self.tokenizer(texts)["input_ids"] if texts else []
-            docs = [d + eod for d in ids]
+            docs = encode_batch(self.tokenizer, [s[k] for s in samples])
+            if self.cfg.appendEod:
+                for d in docs:
+                    d.append(self.tokenizer.eos_token_id)
             self._store(result, key, docs)
             result.tokens += sum(len(d) for d in docs)
         result.written = len(samples)
@@ -159,7 +176,7 @@ class ChunkProcessor:
     def _encode_pieces(self, rendered: list) -> list:
         """Tokenize every piece of every sample in one batch call (the fast path of HF tokenizers)."""
         flat = [p for turns in rendered for src, tgt in turns for p in src + tgt]
-        ids = iter(self.tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else [])
+        ids = iter(encode_batch(self.tokenizer, flat, add_special_tokens=False))
         return [[([t for _ in src for t in next(ids)], [t for _ in tgt for t in next(ids)]) for src, tgt in turns]
                 for turns in rendered]
 
@@ -263,9 +280,8 @@ class ChunkProcessor:
     # ------------------------------------------------------------------ arrays
 
     def _store(self, result: ChunkResult, key: str, sequences: list[list[int]]) -> None:
-        lengths = np.array([len(s) for s in sequences], dtype=np.int64)
-        data = (np.concatenate([np.asarray(s, dtype=self.dtype) for s in sequences]) if sequences
-                else np.empty(0, dtype=self.dtype))
+        lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+        data = np.fromiter(chain.from_iterable(sequences), dtype=self.dtype, count=int(lengths.sum()))
         result.arrays[key] = (data, lengths)
 
     def _store_instruction(self, result: ChunkResult, prefix: str, samples: list[tuple[list[int], list[int]]]):
