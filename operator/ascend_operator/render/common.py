@@ -45,13 +45,13 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         "imagePullPolicy": settings.imagePullPolicy,
         "command": command,
         "env": env + [{"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG}]
-        + [{"name": e.name, "value": e.value} for e in settings.env],
+        + [e.to_pod() for e in settings.env],
         # The engine's final report (JSON) comes back in status.containerStatuses[].state.terminated.message.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
         "volumeMounts": mounts + list(settings.volumeMounts),
-    }
+    } | ({"envFrom": list(settings.envFrom)} if settings.envFrom else {})
 
 
 def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str, Any]:
