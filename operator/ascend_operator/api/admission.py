@@ -17,7 +17,7 @@ RESERVED_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "NPROC_PER_
 RESERVED_ENV_PREFIX = "PET_"
 _RESERVED_CEL = "[" + ", ".join(f"'{n}'" for n in RESERVED_ENV) + "]"
 _IS_RESERVED = f"(e.name in {_RESERVED_CEL} || e.name.startsWith('{RESERVED_ENV_PREFIX}'))"
-RESERVED_ENV_MESSAGE = ("is set by the operator (torchrun's contract: MASTER_ADDR, MASTER_PORT, NODE_RANK, NNODES, "
+RESERVED_ENV_MESSAGE = ("is set by the operator (the torchrun contract: MASTER_ADDR, MASTER_PORT, NODE_RANK, NNODES, "
                         "NPROC_PER_NODE, WORLD_SIZE, RANK and PET_*); set nnodes, nprocPerNode or masterPort instead")
 
 RESERVED_ENV_RULE = {
