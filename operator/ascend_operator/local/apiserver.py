@@ -35,6 +35,7 @@ from kmock._internal.k8s import KubernetesResourceNotFoundError
 from . import field_validation
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
+from .pod_validation import pod_spec_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from .patches import PatchError, json_patch, merge_patch
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
@@ -362,6 +363,8 @@ class LocalKubernetesApi(KubernetesEmulator):
         """Per-kind rules applied on every write: schema for custom objects, CRD registration, Secret data."""
         name = obj["metadata"].get("name", "")
         errors = object_errors(rt.group, rt.plural, obj) if old is None else []  # names are immutable
+        if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
+            errors += pod_spec_errors(obj)
         if rt.schema is not None:
             pruned: list[str] = []
             obj = rt.schema.prepare(obj, pruned)
