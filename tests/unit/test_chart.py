@@ -104,6 +104,8 @@ def test_default_install_watches_the_cluster_with_a_lease_and_locked_down(chart)
     assert env["ASCEND_OPERATOR_PROGRESS_INTERVAL"]["value"] == "5"
     assert env["ASCEND_OPERATOR_LEASE_DURATION"]["value"] == "15"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["ASCEND_OPERATOR_ALLOW_HOST_PATH"]["value"] == "false"
+    assert env["ASCEND_OPERATOR_ALLOW_HOST_NETWORK"]["value"] == "true"
     args = _operator_args(container["args"])
     assert args.all_namespaces and args.leader_elect and args.leader_election_id == "ascend-train-operator"
     assert args.health == "0.0.0.0:8080"

@@ -93,6 +93,14 @@ class PodSettings(KubeModel):
     """Mounts of those volumes in the container."""
     shmSize: str | None = "16Gi"
     """Size of the memory-backed /dev/shm (data loader workers need it); null keeps the runtime's 64Mi."""
+    securityContext: Annotated[dict[str, Any], Passthrough] = {}
+    """The engine container's securityContext, as in a Pod spec. Empty: allowPrivilegeEscalation false,
+    capabilities drop ALL, seccomp RuntimeDefault. Set, it replaces that default as a whole (e.g. for an NPU
+    driver that needs root: {runAsUser: 0, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}})."""
+    podSecurityContext: Annotated[dict[str, Any], Passthrough] = {}
+    """The pod's securityContext (runAsUser, fsGroup, supplementalGroups, ...). Empty: seccomp RuntimeDefault."""
+    automountServiceAccountToken: bool = False
+    """Mount the service account's API token in the pods; training needs no API access, so off by default."""
 
     @field_validator("env")
     @classmethod

@@ -7,6 +7,7 @@ import yaml
 
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
 from ..api.kube import PodSettings
+from .security import container_security, pod_security
 
 from ascend_engine.telemetry import METRICS_PORT_ENV, TERMINATION_LOG_ENV
 
@@ -51,6 +52,7 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
         "volumeMounts": mounts + list(settings.volumeMounts),
+        "securityContext": container_security(settings),
     } | ({"envFrom": list(settings.envFrom)} if settings.envFrom else {})
 
 
@@ -62,6 +64,7 @@ def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str
         "restartPolicy": "Never",  # restarts are the operator's decision (gang restart), not the kubelet's
         "containers": [main],
         "volumes": volumes + list(settings.volumes),
+        **pod_security(settings),
     }
     optional = {
         "serviceAccountName": settings.serviceAccountName,
