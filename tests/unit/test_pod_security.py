@@ -64,3 +64,12 @@ def test_env_value_from_and_env_from_render():
     assert container["envFrom"] == [{"configMapRef": {"name": "c"}}]
     with pytest.raises(ValidationError, match="may not have both value and valueFrom"):
         _spec(env=[{"name": "T", "value": "v", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])
+
+
+def test_grace_period_reaches_the_pod_and_torchrun():
+    pod = render.pod("llm", "ns", _spec(), 0)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 900
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "885"
+    assert render.pod("llm", "ns", _spec(terminationGracePeriodSeconds=120), 0)["spec"][
+        "terminationGracePeriodSeconds"] == 120

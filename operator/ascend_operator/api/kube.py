@@ -99,6 +99,10 @@ class PodSettings(KubeModel):
     driver that needs root: {runAsUser: 0, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}})."""
     podSecurityContext: Annotated[dict[str, Any], Passthrough] = {}
     """The pod's securityContext (runAsUser, fsGroup, supplementalGroups, ...). Empty: seccomp RuntimeDefault."""
+    terminationGracePeriodSeconds: Annotated[int, Field(ge=30, le=86400)] = 900
+    """Seconds between SIGTERM (drain, preemption) and SIGKILL: the engine finishes its step and saves a
+    checkpoint in that time, so leave room for writing one to shared storage. torchrun is told to wait for its
+    workers until 15 s before the end (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)."""
     automountServiceAccountToken: bool = False
     """Mount the service account's API token in the pods; training needs no API access, so off by default."""
 

@@ -62,6 +62,7 @@ def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shmSize}})
     spec: dict[str, Any] = {
         "restartPolicy": "Never",  # restarts are the operator's decision (gang restart), not the kubelet's
+        "terminationGracePeriodSeconds": settings.terminationGracePeriodSeconds,
         "containers": [main],
         "volumes": volumes + list(settings.volumes),
         **pod_security(settings),
