@@ -125,6 +125,12 @@ class Kube:
         return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
                                                                         _PLURALS[kind]))["items"]
 
+    @uses_on_kinds("", "patch")
+    def patch_custom(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of one of our objects (the spec: suspending a job queued in Kueue)."""
+        _retrying(lambda: self.custom.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace,
+                                                                     _PLURALS[kind], name, patch))
+
     @uses_on_kinds("", "delete")
     def delete_custom(self, kind: str, namespace: str, name: str) -> None:
         """Delete a job; its pods, Service and ConfigMap follow by owner references (background cascade)."""

@@ -31,7 +31,7 @@ from ..api.run_policy import RunPolicy
 from ..progress import scrape
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
-from . import create_errors
+from . import create_errors, kueue
 from .common import kube, parse_spec
 from .dependencies import DependencyError, readiness, refs, resolve
 
@@ -95,6 +95,7 @@ def _delete_pods(namespace: str, pods: list[dict[str, Any]]) -> int:
 def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any) -> list[str]:
     objects = job.render(name, namespace, spec)
     kopf.adopt(objects, owner=obj)
+    kueue.keep_off_children(objects)
     created = []
     for o in objects:
         try:
@@ -158,7 +159,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             forget(job, namespace, name)
         return
     spec = parse_spec(job.spec_model, job.kind.kind, namespace, name, obj["spec"], obj)
-    if spec is None:
+    if spec is None or kueue.suspend_until_admitted(job.kind.kind, obj, spec.runPolicy.suspend):
         return
     pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
     policy: RunPolicy = spec.runPolicy
