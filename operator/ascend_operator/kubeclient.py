@@ -60,11 +60,11 @@ class Kube:
         """A client model as the API's own JSON (camelCase), so the operator's code reads like the API docs."""
         return self.api.sanitize_for_serialization(obj)
 
-    @uses("", "pods", "create", "get")
-    @uses("", "services", "create", "get")
-    @uses("", "configmaps", "create", "get")
-    @uses("scheduling.volcano.sh", "podgroups", "create", "get")
-    @uses("scheduling.x-k8s.io", "podgroups", "create", "get")
+    @uses("", "pods", "create")
+    @uses("", "services", "create")
+    @uses("", "configmaps", "create")
+    @uses("scheduling.volcano.sh", "podgroups", "create")
+    @uses("scheduling.x-k8s.io", "podgroups", "create")
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create if absent; returns False when it already existed (reconciling twice creates nothing twice)."""
         creators = {

@@ -32,12 +32,11 @@ def uses_on_kinds(subresource: str, *verbs: str) -> Callable[[F], F]:
 
 
 # kopf: watch and patch the custom resources (finalizers, annotations, status), post events, discover resources.
-# kopf writes with merge patches only, so no "update".
+# kopf writes with merge patches only (no "update", no reads of /status) and posts core/v1 Events only.
 for _kind in KINDS:
-    uses(API_GROUP, _kind.plural, "get", "list", "watch", "patch")
-    uses(API_GROUP, f"{_kind.plural}/status", "get", "patch")
+    uses(API_GROUP, _kind.plural, "list", "watch", "patch")
+    uses(API_GROUP, f"{_kind.plural}/status", "patch")
 uses("", "events", "create")
-uses("events.k8s.io", "events", "create")
 uses("", "namespaces", "list", "watch")
 uses("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
 # The operator watches its pods (kopf.on.event on pods).

@@ -103,6 +103,7 @@ def test_cluster_wide_install_grants_exactly_the_declared_rules():
     assert set(held) == {None, "ops"} and held[None] == needed(rules())
     assert held["ops"] == needed(LEADER_ELECTION_RULES)
     assert not any(v == "update" for g, r, v in held[None] if g == "ascendtrain.dev")  # kopf only patches
+    assert not any(g == "events.k8s.io" or (r.endswith("/status") and v == "get") for g, r, v in held[None])
 
 
 def test_rbac_can_be_left_to_the_platform_team():
