@@ -176,7 +176,9 @@ class Trainer:
         first_iteration = self.iteration
         preemption, preempted = PreemptionWatch().install(), False
         while self.iteration < t.trainIters:
+            step_start = time.perf_counter()
             loss, grad_norm, applied = self.train_step()
+            preemption.step_done(time.perf_counter() - step_start)
             losses.append(loss)
             window_steps += 1
             progress.update(1, extra=f"lm loss {loss:.4f}")
