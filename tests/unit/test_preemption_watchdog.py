@@ -10,6 +10,8 @@ import time
 SCRIPT = """
 import os, signal, sys, time
 from ascend_engine.train import preemption
+if sys.argv[1] == "boundary":
+    import torch  # loaded long before any SIGTERM in the engine
 preemption.MIN_BOUNDARY_S = 1.0
 watch = preemption.PreemptionWatch().install()
 watch.step_done(0.1)
