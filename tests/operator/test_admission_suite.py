@@ -163,3 +163,14 @@ def test_pod_service_and_configmap_names_are_checked_like_kube_apiserver(local_a
         status = json.loads(err.value.body)
         assert err.value.status == 422 and status["reason"] == "Invalid" and message in status["message"], status
     core.create_namespaced_config_map("default", {"metadata": {"name": "llm.v1-config"}})  # dots are fine here
+
+
+def test_ascend_train_apply_is_strict_by_default(resources, tmp_path, capsys):
+    from ascend_operator.local import cli
+
+    manifest = tmp_path / "typo.yaml"
+    manifest.write_text(yaml.safe_dump(atj("typo", train__parallel__tensorModelParalelSize=2)))
+    assert cli.main(["--root", str(tmp_path), "apply", "-f", str(manifest)]) == 1
+    assert 'strict decoding error: unknown field "spec.train.parallel.tensorModelParalelSize"' in \
+        capsys.readouterr().err
+    assert cli.main(["--root", str(tmp_path), "apply", "-f", str(manifest), "--validate=warn"]) == 0
