@@ -35,9 +35,9 @@ from kmock._internal.k8s import KubernetesResourceNotFoundError
 from . import field_validation
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
-from .pod_validation import pod_spec_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from .patches import PatchError, json_patch, merge_patch
+from .pod_validation import pod_spec_errors
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
 
 logger = logging.getLogger(__name__)
