@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.permissions import rules
+from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
 
 TARGET = Path(__file__).resolve().parent / "ascend-train-operator" / "files" / "rbac-rules.yaml"
 
@@ -24,7 +24,6 @@ CLUSTER_SCOPED = {
     ("", "namespaces"),
     ("", "nodes"),
     ("apiextensions.k8s.io", "customresourcedefinitions"),
-    ("kopf.dev", "clusterkopfpeerings"),
 }
 
 
@@ -34,10 +33,12 @@ def _scope(rule: dict) -> str:
 
 
 def render_split() -> dict[str, list[dict]]:
-    """``rules()`` as {"clusterScoped": [...], "namespaced": [...]}."""
+    """``rules()`` as {"clusterScoped": [...], "namespaced": [...]}, plus the Lease rules granted only in the
+    operator's own namespace ("leaderElection")."""
     split: dict[str, list] = {"clusterScoped": [], "namespaced": []}
     for rule in rules():
         split[_scope(rule)].append(rule)
+    split["leaderElection"] = LEADER_ELECTION_RULES
     return split
 
 

@@ -60,11 +60,11 @@ class Kube:
         """A client model as the API's own JSON (camelCase), so the operator's code reads like the API docs."""
         return self.api.sanitize_for_serialization(obj)
 
-    @uses("", "pods", "create", "get")
-    @uses("", "services", "create", "get")
-    @uses("", "configmaps", "create", "get")
-    @uses("scheduling.volcano.sh", "podgroups", "create", "get")
-    @uses("scheduling.x-k8s.io", "podgroups", "create", "get")
+    @uses("", "pods", "create")
+    @uses("", "services", "create")
+    @uses("", "configmaps", "create")
+    @uses("scheduling.volcano.sh", "podgroups", "create")
+    @uses("scheduling.x-k8s.io", "podgroups", "create")
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create if absent; returns False when it already existed (reconciling twice creates nothing twice)."""
         creators = {
@@ -124,6 +124,12 @@ class Kube:
         """All objects of one of our kinds in every namespace."""
         return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
                                                                         _PLURALS[kind]))["items"]
+
+    @uses_on_kinds("", "patch")
+    def patch_custom(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of one of our objects (the spec: suspending a job queued in Kueue)."""
+        _retrying(lambda: self.custom.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace,
+                                                                     _PLURALS[kind], name, patch))
 
     @uses_on_kinds("", "delete")
     def delete_custom(self, kind: str, namespace: str, name: str) -> None:

@@ -2,34 +2,115 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import socket
 import sys
+import threading
+import time
+import uuid
+
+# Exit code when a leader could not renew its Lease: the container restarts and stands by (controller-runtime
+# managers exit the same way, "leader election lost").
+EXIT_LEADERSHIP_LOST = 3
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ascend-operator", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="watch AscendTrainJob, DatasetPrep and CheckpointConvert resources")
     scope = run.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch the whole cluster")
-    run.add_argument("--standalone", action="store_true", help="no peering with other operator replicas")
-    run.add_argument("--peering", default=None, help="kopf peering name for HA replicas")
-    run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    ha = run.add_mutually_exclusive_group()
+    ha.add_argument("--standalone", action="store_true", help="one replica, no leader election (the default)")
+    ha.add_argument("--leader-elect", action="store_true",
+                    help="HA replicas: only the holder of a coordination.k8s.io Lease runs the handlers")
+    run.add_argument("--leader-election-id", default="ascend-train-operator", help="name of the Lease")
+    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                     help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
+    run.add_argument("--health", default=None, metavar="HOST:PORT",
+                     help="serve /healthz (liveness) and /readyz (readiness), e.g. 0.0.0.0:8080")
     run.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _first_watch(namespaces: list[str]) -> None:
+    """One short watch on AscendTrainJobs with the operator's credentials (readiness)."""
+    from .api.group import API_GROUP, API_VERSION, TRAIN_JOB
+    from .handlers.common import kube
+
+    custom = kube().custom
+    if namespaces:
+        response = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, namespaces[0], TRAIN_JOB.plural,
+                                                        watch=True, timeout_seconds=1, _preload_content=False)
+    else:
+        response = custom.list_cluster_custom_object(API_GROUP, API_VERSION, TRAIN_JOB.plural, watch=True,
+                                                     timeout_seconds=1, _preload_content=False)
+    response.read()
+    response.release_conn()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
 
     import kopf
+    from kubernetes import client
 
     from . import handlers  # noqa: F401  (registers the handlers)
+    from . import settings
+    from .handlers.common import kube
+    from .health import Probes, first_watch_answered
+    from .leader_election import LeaderElector, LeaseTimings
 
     kopf.configure(verbose=args.verbose)  # kopf sets up logging itself (one line per record)
-    kopf.run(
-        clusterwide=args.all_namespaces or not args.namespace,
-        namespaces=args.namespace,
-        standalone=args.standalone,
-        peering_name=args.peering,
-        liveness_endpoint=args.liveness,
-    )
+    stop, kopf_ready, watching = threading.Event(), threading.Event(), threading.Event()
+    elector = None
+    if args.leader_elect:
+        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+        timings = LeaseTimings(settings.LEASE_DURATION_S, settings.LEASE_RENEW_DEADLINE_S,
+                               settings.LEASE_RETRY_PERIOD_S)
+        elector = LeaderElector(client.CoordinationV1Api(kube().api), args.leader_election_namespace,
+                                args.leader_election_id, identity, timings)
+
+    def live() -> bool:
+        if elector is None or kopf_ready.is_set():
+            return True
+        return time.monotonic() - elector.last_attempt < 3 * elector.timings.lease_duration  # standby loop turns
+
+    def ready() -> bool:
+        if elector is not None and not elector.leading.is_set():
+            return elector.reached_api.is_set()
+        return watching.is_set()
+
+    if args.health:
+        host, _, port = args.health.rpartition(":")
+        Probes(live, ready).serve(host or "0.0.0.0", int(port))
+    if elector is not None:
+        if not elector.acquire(stop):
+            return 0
+
+        def keep_leading() -> None:
+            if not elector.renew(stop):
+                logging.getLogger(__name__).error("exiting: another replica may lead now")
+                os._exit(EXIT_LEADERSHIP_LOST)  # handlers must stop at once, not finish under two leaders
+        threading.Thread(target=keep_leading, name="lease-renewal", daemon=True).start()
+
+    def when_kopf_ready() -> None:
+        kopf_ready.wait()
+        first_watch_answered(lambda: _first_watch(args.namespace), stop, watching)
+    threading.Thread(target=when_kopf_ready, name="readiness", daemon=True).start()
+    try:
+        kopf.run(
+            clusterwide=args.all_namespaces or not args.namespace,
+            namespaces=args.namespace,
+            standalone=True,  # one active replica is the Lease's job, not kopf peering's
+            ready_flag=kopf_ready,
+        )
+    finally:
+        stop.set()
+        if elector is not None:
+            elector.release()
     return 0
 
 

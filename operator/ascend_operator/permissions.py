@@ -32,18 +32,21 @@ def uses_on_kinds(subresource: str, *verbs: str) -> Callable[[F], F]:
 
 
 # kopf: watch and patch the custom resources (finalizers, annotations, status), post events, discover resources.
+# kopf writes with merge patches only (no "update", no reads of /status) and posts core/v1 Events only.
 for _kind in KINDS:
-    uses(API_GROUP, _kind.plural, "get", "list", "watch", "patch", "update")
-    uses(API_GROUP, f"{_kind.plural}/status", "get", "patch", "update")
+    uses(API_GROUP, _kind.plural, "list", "watch", "patch")
+    uses(API_GROUP, f"{_kind.plural}/status", "patch")
 uses("", "events", "create")
-uses("events.k8s.io", "events", "create")
 uses("", "namespaces", "list", "watch")
 uses("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
-# kopf peering (HA replicas: one active at a time).
-uses("kopf.dev", "clusterkopfpeerings", "list", "watch", "patch", "get")
-uses("kopf.dev", "kopfpeerings", "list", "watch", "patch", "get")
 # The operator watches its pods (kopf.on.event on pods).
 uses("", "pods", "list", "watch")
+
+
+# Leader election (leader_election.py): the Lease in the operator's own namespace only, so the chart grants it
+# with a Role there, apart from the rules above.
+LEADER_ELECTION_RULES = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                          "verbs": ["create", "get", "update"]}]
 
 
 def rules() -> list[dict[str, list[str]]]:

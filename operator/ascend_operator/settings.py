@@ -18,3 +18,13 @@ HOST_PORT_BLOCK = int(os.environ.get("ASCEND_OPERATOR_HOST_PORT_BLOCK", "64"))
 # API calls that fail with 409 (conflict), 429 or 5xx are retried this many times, backing off exponentially.
 API_RETRIES = int(os.environ.get("ASCEND_OPERATOR_API_RETRIES", "5"))
 API_BACKOFF_S = float(os.environ.get("ASCEND_OPERATOR_API_BACKOFF", "0.2"))
+
+# Leader election (``run --leader-elect``): controller-runtime's defaults, seconds.
+LEASE_DURATION_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_DURATION", "15"))
+LEASE_RENEW_DEADLINE_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_RENEW_DEADLINE", "10"))
+LEASE_RETRY_PERIOD_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_RETRY_PERIOD", "2"))
+
+# What job pods may ask of the node (the chart's jobPodPolicy). hostNetwork is allowed by default because the
+# operator gives each hostNetwork job its own block of ports (no clashes); hostPath is denied by default.
+ALLOW_HOST_NETWORK = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_NETWORK", "true").lower() == "true"
+ALLOW_HOST_PATH = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_PATH", "false").lower() == "true"

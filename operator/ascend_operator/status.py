@@ -101,6 +101,9 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     report = termination_result(pod) or {}
     if code == MASTER_UNREACHABLE_EXIT and report.get("reason") == "MasterUnreachable":
         return policy.is_retryable(code), "MasterUnreachable", f"{message}: {report.get('message', '')}"
+    if report.get("reason") == "Preempted":  # SIGTERM: the engine saved its step; torchrun exits 1 all the same
+        return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
+                                   f"{report.get('checkpoint') or 'not saved'}")
     retryable = policy.is_retryable(code)
     if not retryable:
         message += "; permanent (codes 1-127 fail at once unless listed in runPolicy.retryableExitCodes)"

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ascend-train-operator"
 
 NAMESPACED = {"watch": {"clusterWide": False, "namespaces": ["team-a", "team-b"]}}
-HA = {"replicas": 3, "peering": {"enabled": True, "name": "ato-ha"}}
+HA = {"replicas": 2, "leaderElection": {"leaseName": "ato-ha", "leaseDurationSeconds": 20}}
 MONITORS = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
                         "podMonitor": {"enabled": True, "port": 9500}}}
 CUSTOM = {"image": {"repository": "registry.example/ato", "tag": "1.2.3", "pullPolicy": "Always"},
@@ -70,7 +70,7 @@ def test_every_object_parses_into_the_kubernetes_models(chart, variant):
         assert doc["apiVersion"] and doc["metadata"]["name"], doc
         model = MODELS.get(doc["kind"])
         if model is None:
-            assert doc["kind"] in {"ServiceMonitor", "PodMonitor", "ClusterKopfPeering", "KopfPeering"}, doc["kind"]
+            assert doc["kind"] in {"ServiceMonitor", "PodMonitor"}, doc["kind"]
             continue
         # Deserialising drops keys the model does not know: a misspelt field makes the round trip differ.
         obj = api._ApiClient__deserialize(doc, model)
@@ -83,52 +83,58 @@ def _operator_container(docs):
     return deployment, container
 
 
-def _kopf_run_kwargs(monkeypatch, args: list[str]) -> dict:
-    """What `ascend-operator <args>` would hand to kopf.run (kopf itself is not started)."""
-    import kopf
-
+def _operator_args(args: list[str]):
+    """How `ascend-operator <args>` parses the Deployment's arguments (the operator itself is not started)."""
     from ascend_operator import main as operator_main
 
-    seen: dict = {}
-    monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
-    assert operator_main.main(args) == 0
-    return seen
+    return operator_main.parse(args)
 
 
-def test_default_install_watches_the_cluster_alone_and_locked_down(chart, monkeypatch):
-    deployment, container = _operator_container(render(chart, {}))
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+def test_default_install_watches_the_cluster_with_a_lease_and_locked_down(chart):
+    docs = render(chart, {})
+    deployment, container = _operator_container(docs)
+    # Leader election is on by default, so a rolling update never runs two active operators.
+    assert deployment["spec"]["replicas"] == 1 and "strategy" not in deployment["spec"]
     assert container["image"] == f"ascend-train/operator:{chart.metadata['appVersion']}"
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
     assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert container["resources"]["requests"]["cpu"] == "100m"
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["ASCEND_OPERATOR_PROGRESS_INTERVAL"] == "5"
-    kw = _kopf_run_kwargs(monkeypatch, container["args"])
-    assert kw["clusterwide"] is True and kw["standalone"] is True and kw["peering_name"] is None
-    assert kw["liveness_endpoint"] == "http://0.0.0.0:8080/healthz"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ASCEND_OPERATOR_PROGRESS_INTERVAL"]["value"] == "5"
+    assert env["ASCEND_OPERATOR_LEASE_DURATION"]["value"] == "15"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["ASCEND_OPERATOR_ALLOW_HOST_PATH"]["value"] == "false"
+    assert env["ASCEND_OPERATOR_ALLOW_HOST_NETWORK"]["value"] == "true"
+    args = _operator_args(container["args"])
+    assert args.all_namespaces and args.leader_elect and args.leader_election_id == "ascend-train-operator"
+    assert args.health == "0.0.0.0:8080"
+    # Liveness and readiness ask different questions.
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
 
-def test_ha_namespaced_install_peers_in_each_watched_namespace(chart, monkeypatch):
+def test_ha_namespaced_install_elects_on_a_lease_in_its_own_namespace(chart):
     docs = render(chart, {**HA, **NAMESPACED})
     deployment, container = _operator_container(docs)
-    assert deployment["spec"]["replicas"] == 3 and "strategy" not in deployment["spec"]
-    kw = _kopf_run_kwargs(monkeypatch, container["args"])
-    assert kw["clusterwide"] is False and kw["namespaces"] == ["team-a", "team-b"]
-    assert kw["peering_name"] == "ato-ha" and kw["standalone"] is False
-    peerings = by_kind(docs, "KopfPeering")
-    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
-    assert {p["metadata"]["name"] for p in peerings} == {"ato-ha"}
-    assert not by_kind(docs, "ClusterKopfPeering")
-    assert {e["name"]: e for e in container["env"]}["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == \
-        "metadata.name"
+    assert deployment["spec"]["replicas"] == 2 and "strategy" not in deployment["spec"]
+    args = _operator_args(container["args"])
+    assert not args.all_namespaces and args.namespace == ["team-a", "team-b"]
+    assert args.leader_elect and args.leader_election_id == "ato-ha"
+    assert {e["name"]: e.get("value") for e in container["env"]}["ASCEND_OPERATOR_LEASE_DURATION"] == "20"
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["create", "get", "update"]}]
+    assert not any("kopf.dev" in r["apiGroups"] for d in docs if d["kind"] in ("Role", "ClusterRole")
+                   for r in d["rules"])
 
 
-def test_ha_cluster_wide_install_has_one_cluster_peering(chart):
-    docs = render(chart, HA)
-    assert [p["metadata"]["name"] for p in by_kind(docs, "ClusterKopfPeering")] == ["ato-ha"]
+def test_without_leader_election_one_replica_recreates(chart):
+    deployment, container = _operator_container(render(chart, {"leaderElection": {"enabled": False}}))
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    args = _operator_args(container["args"])
+    assert args.standalone and not args.leader_elect
 
 
 def test_custom_values_reach_the_pod(chart, monkeypatch):
@@ -182,7 +188,8 @@ def test_metrics_service_and_monitors(chart):
 
 @pytest.mark.parametrize("values, message", [
     ({"replicas": 0}, "/replicas"),
-    ({"replicas": 2}, "/peering/enabled"),
+    ({"replicas": 2, "leaderElection": {"enabled": False}}, "/leaderElection/enabled"),
+    ({"leaderElection": {"retryPeriodSeconds": 0}}, "/leaderElection/retryPeriodSeconds"),
     ({"watch": {"clusterWide": False}}, "/watch/namespaces"),
     ({"watch": {"clusterWide": False, "namespaces": ["Team_A"]}}, "/watch/namespaces/0"),
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
@@ -204,10 +211,7 @@ def test_chart_crds_are_the_generated_ones(chart):
         assert carried.get(name) == text, f"charts/.../crds/{name} drifted: run `make crds`"
     committed = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
     assert committed == generated
-    # Besides ours, only kopf's peering CRDs (HA replicas need them before the peering objects exist).
-    assert set(carried) - set(generated) == {"kopf-peerings.yaml"}
-    kinds = {d["spec"]["names"]["kind"] for d in yaml.safe_load_all(carried["kopf-peerings.yaml"])}
-    assert kinds == {"ClusterKopfPeering", "KopfPeering"}
+    assert set(carried) == set(generated)  # no kopf peering CRDs: HA is a Lease
 
 
 def test_helm_lint_finds_no_errors():

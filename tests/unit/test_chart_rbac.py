@@ -9,7 +9,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from ascend_operator.permissions import rules
+from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ascend-train-operator"
@@ -85,20 +85,25 @@ def test_a_new_verb_in_the_operator_is_caught():
 def test_namespaced_install_grants_nothing_namespaced_cluster_wide():
     docs = rendered_rbac({"watch": {"clusterWide": False, "namespaces": WATCHED}})
     held = grants(docs)
-    assert set(held) == {None, *WATCHED}
+    assert set(held) == {None, "ops", *WATCHED}
     split = _generator().render_split()
     assert held[None] == needed(split["clusterScoped"])
+    assert not any(g == "kopf.dev" for g, _, _ in held[None])  # no cluster-scoped peering rules
     for ns in WATCHED:
         assert held[ns] == needed(split["namespaced"])
+    assert held["ops"] == needed(split["leaderElection"])  # the Lease, in the operator's namespace only
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    assert len(bindings) == 1 + len(WATCHED)
+    assert len(bindings) == 2 + len(WATCHED)
     for b in bindings:
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "ato-ascend-train-operator", "namespace": "ops"}]
 
 
 def test_cluster_wide_install_grants_exactly_the_declared_rules():
     held = grants(rendered_rbac({}))
-    assert set(held) == {None} and held[None] == needed(rules())
+    assert set(held) == {None, "ops"} and held[None] == needed(rules())
+    assert held["ops"] == needed(LEADER_ELECTION_RULES)
+    assert not any(v == "update" for g, r, v in held[None] if g == "ascendtrain.dev")  # kopf only patches
+    assert not any(g == "events.k8s.io" or (r.endswith("/status") and v == "get") for g, r, v in held[None])
 
 
 def test_rbac_can_be_left_to_the_platform_team():

@@ -49,3 +49,17 @@ def test_condition_transition_time_moves_only_on_flip():
     t1 = next(c for c in first["conditions"] if c["type"] == "Running")["lastTransitionTime"]
     t2 = next(c for c in again["conditions"] if c["type"] == "Running")["lastTransitionTime"]
     assert t1 == t2
+
+
+def test_a_preempted_pod_restarts_the_gang_whatever_torchrun_exits_with():
+    """torchrun exits 1 after a SIGTERM; the engine's report (termination message) says it was preempted and
+    saved its step, so the gang restarts and resumes instead of failing as a permanent exit code 1."""
+    report = '{"status":"Failed","reason":"Preempted","iteration":37,"checkpoint":"/ckpt/iter_0000037"}'
+    preempted = pod(0, "Failed", containerStatuses=[{"state": {"terminated": {
+        "exitCode": 1, "reason": "Error", "message": report}}}])
+    status = derive([preempted, pod(1, "Running", **ready())], 2, {"phase": "Running"}, RunPolicy(backoffLimit=3))
+    assert status["phase"] == "Restarting" and status["restarts"] == 1
+    cond = next(c for c in status["conditions"] if c["type"] == "Restarting")
+    assert "preempted after iteration 37, checkpoint /ckpt/iter_0000037" in cond["message"]
+    plain = pod(0, "Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    assert derive([plain, pod(1, "Running")], 2, {"phase": "Running"}, RunPolicy(backoffLimit=3))["phase"] == "Failed"

@@ -47,7 +47,21 @@ def run(args: argparse.Namespace) -> int:
     except DataError as e:
         print(f"ascend-engine train: bad training data: {e}", file=sys.stderr)
         return 2
+    if result.preempted:
+        return preempted(result)
     if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
         print("ascend-engine train: training produced no finite loss", file=sys.stderr)
         return 1
     return 0
+
+
+def preempted(result) -> int:
+    """Each pod's first worker leaves the reason where the operator reads it (the termination message), so the
+    pod counts as preempted whatever exit code torchrun turns this into."""
+    from ..telemetry import report_result
+    from .preemption import PREEMPTED_EXIT_CODE
+
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        report_result({"status": "Failed", "reason": "Preempted", "iteration": result.iterations,
+                       "checkpoint": result.checkpoint})
+    return PREEMPTED_EXIT_CODE

@@ -13,6 +13,7 @@ from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
+from .preemption import PreemptionWatch
 from .tensorboard import open_tensorboard
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -25,6 +26,7 @@ class TrainResult:
     tokens_per_second: float
     seconds: float
     checkpoint: str | None
+    preempted: bool = False  # stopped early on SIGTERM (after saving, when checkpoint.save is set)
 
 
 def unwrap(module):
@@ -167,8 +169,11 @@ class Trainer:
         tokens_per_step = t.globalBatchSize * t.seqLength
         start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
         first_iteration = self.iteration
+        preemption, preempted = PreemptionWatch().install(), False
         while self.iteration < t.trainIters:
+            step_start = time.perf_counter()
             loss, grad_norm, applied = self.train_step()
+            preemption.step_done(time.perf_counter() - step_start)
             losses.append(loss)
             window_steps += 1
             progress.update(1, extra=f"lm loss {loss:.4f}")
@@ -182,10 +187,18 @@ class Trainer:
                 checkpoint = self.save()
             if t.exitInterval and self.iteration % t.exitInterval == 0:
                 break
+            if preemption.agreed() and self.iteration < t.trainIters:
+                preempted = True
+                break
         if cfg.checkpoint.save and self.last_checkpoint != self.iteration:
             checkpoint = self.save()
         elif cfg.checkpoint.save:
             checkpoint = str(cfg.checkpoint.save)
+        preemption.uninstall()
+        if preempted and rank0:
+            print(f"preempted: stopped after iteration {self.iteration}, checkpoint "
+                  f"{checkpoint or 'not saved (no checkpoint.save)'} {preemption.seconds_since_signal():.2f}s after "
+                  "SIGTERM", flush=True)
         seconds = time.perf_counter() - start
         steps = self.iteration - first_iteration
         tps = tokens_per_step * steps / seconds if seconds > 0 else 0.0
@@ -196,7 +209,7 @@ class Trainer:
         final = f"{losses[-1]:.4f}" if losses else "n/a"
         progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
                          f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
-        return TrainResult(self.iteration, losses, tps, seconds, checkpoint)
+        return TrainResult(self.iteration, losses, tps, seconds, checkpoint, preempted)
 
     def _log(self, loss: float, grad_norm, applied: bool, step_s: float, tokens_per_step: int) -> None:
         t = self.cfg.training

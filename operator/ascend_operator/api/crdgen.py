@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from .admission import name_schema
 from .group import API_GROUP, API_VERSION
 from .resources import RESOURCES, Resource
 
@@ -120,10 +121,11 @@ def crd(resource: Resource) -> dict[str, Any]:
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
+                        "metadata": name_schema(),
                         "spec": spec_schema,
                         "status": status_schema,
                     },
+                    **({"x-kubernetes-validations": list(resource.root_rules)} if resource.root_rules else {}),
                 }},
             }],
         },

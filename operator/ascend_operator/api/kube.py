@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from .admission import RESERVED_ENV_MESSAGE, RESERVED_ENV_RULE, reserved_env
 
 # A field whose value is an upstream Kubernetes structure, kept verbatim.
 Passthrough = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -19,13 +21,34 @@ class KubeModel(BaseModel):
                               use_attribute_docstrings=True)
 
 
+VALUE_OR_VALUE_FROM_RULE = {
+    "rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+    "message": "may not have both value and valueFrom", "fieldPath": ".valueFrom", "reason": "FieldValueInvalid"}
+
+
 class EnvVar(KubeModel):
-    """An environment variable with a literal value."""
+    """An environment variable: a literal value, or valueFrom a Secret / ConfigMap key or a field of the pod."""
+
+    model_config = KubeModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [
+        VALUE_OR_VALUE_FROM_RULE]}}
 
     name: Annotated[str, Field(min_length=1)]
     """Variable name."""
     value: str = ""
     """Value."""
+    valueFrom: Annotated[dict[str, Any] | None, Passthrough] = None
+    """secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef, as in a Pod spec. The kubelet resolves it:
+    a Secret's value never passes through the operator, its status, events or ConfigMaps."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvVar":
+        if self.valueFrom and self.value:
+            raise ValueError(VALUE_OR_VALUE_FROM_RULE["message"])
+        return self
+
+    def to_pod(self) -> dict[str, Any]:
+        return {"name": self.name, "valueFrom": self.valueFrom} if self.valueFrom else \
+            {"name": self.name, "value": self.value}
 
 
 class ResourceList(KubeModel):
@@ -46,8 +69,10 @@ class PodSettings(KubeModel):
     """Image pull policy."""
     imagePullSecrets: list[str] = []
     """Names of Secrets to pull the image with."""
-    env: list[EnvVar] = []
-    """Extra environment variables."""
+    env: Annotated[list[EnvVar], Field(json_schema_extra={"x-kubernetes-validations": [RESERVED_ENV_RULE]})] = []
+    """Extra environment variables (not torchrun's contract, which the operator sets)."""
+    envFrom: Annotated[list[dict[str, Any]], Passthrough] = []
+    """Variables from whole Secrets or ConfigMaps (secretRef / configMapRef, optional prefix), as in a Pod spec."""
     resources: ResourceList = ResourceList()
     """CPU and memory requests and limits."""
     serviceAccountName: str | None = None
@@ -68,6 +93,26 @@ class PodSettings(KubeModel):
     """Mounts of those volumes in the container."""
     shmSize: str | None = "16Gi"
     """Size of the memory-backed /dev/shm (data loader workers need it); null keeps the runtime's 64Mi."""
+    securityContext: Annotated[dict[str, Any], Passthrough] = {}
+    """The engine container's securityContext, as in a Pod spec. Empty: allowPrivilegeEscalation false,
+    capabilities drop ALL, seccomp RuntimeDefault. Set, it replaces that default as a whole (e.g. for an NPU
+    driver that needs root: {runAsUser: 0, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}})."""
+    podSecurityContext: Annotated[dict[str, Any], Passthrough] = {}
+    """The pod's securityContext (runAsUser, fsGroup, supplementalGroups, ...). Empty: seccomp RuntimeDefault."""
+    terminationGracePeriodSeconds: Annotated[int, Field(ge=30, le=86400)] = 900
+    """Seconds between SIGTERM (drain, preemption) and SIGKILL: the engine finishes its step and saves a
+    checkpoint in that time, so leave room for writing one to shared storage. torchrun is told to wait for its
+    workers until 15 s before the end (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)."""
+    automountServiceAccountToken: bool = False
+    """Mount the service account's API token in the pods; training needs no API access, so off by default."""
+
+    @field_validator("env")
+    @classmethod
+    def _not_reserved(cls, env: list[EnvVar]) -> list[EnvVar]:
+        name = reserved_env([e.name for e in env])
+        if name:
+            raise ValueError(f"env {name} {RESERVED_ENV_MESSAGE}")
+        return env
 
 
 class Condition(KubeModel):

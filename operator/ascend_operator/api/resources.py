@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 from pydantic import BaseModel
+
+from .admission import SINGLE_POD_NAME_RULES, TRAIN_JOB_NAME_RULES
 
 from .group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB, Kind
 from .single_pod import CheckpointConvertSpec, DatasetPrepSpec, SinglePodStatus
@@ -17,6 +21,7 @@ class Resource:
     status: type[BaseModel]
     columns: tuple[tuple[str, str, str, str], ...]  # (name, type, jsonPath, description)
     description: str
+    root_rules: tuple[dict[str, Any], ...] = ()  # CEL rules that see metadata.name (admission.py)
 
 
 _AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation")
@@ -34,17 +39,20 @@ RESOURCES: dict[str, Resource] = {
             _AGE,
         ),
         description="Pretraining or fine-tuning on N pods x M Ascend NPUs (or GPUs) with Megatron-core via torchrun.",
+        root_rules=tuple(TRAIN_JOB_NAME_RULES),
     ),
     DATASET_PREP.kind: Resource(
         DATASET_PREP, DatasetPrepSpec, SinglePodStatus,
         columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Records done"),
                  ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
         description="Raw jsonl/json/parquet/csv/txt/arrow -> Megatron indexed dataset (MindSpeed-LLM names).",
+        root_rules=tuple(SINGLE_POD_NAME_RULES),
     ),
     CHECKPOINT_CONVERT.kind: Resource(
         CHECKPOINT_CONVERT, CheckpointConvertSpec, SinglePodStatus,
         columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Layers done"),
                  ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
         description="HuggingFace <-> Megatron-core checkpoint conversion with TP/PP resharding and LoRA merge.",
+        root_rules=tuple(SINGLE_POD_NAME_RULES),
     ),
 }

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 from ascend_engine.config.loader import format_validation_error
 
 from ..kubeclient import Kube
+from . import pod_policy
 from ..status import now, set_condition
 
 M = TypeVar("M", bound=BaseModel)
@@ -21,14 +22,23 @@ def kube() -> Kube:
 
 def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[str, Any],
                body: Any) -> M | None:
-    """The spec as the engine will see it, or None after marking the job Failed with the field named."""
+    """The spec as the engine will see it, or None after marking the job Failed with the field named (an invalid
+    spec, or one the operator's pod policy refuses)."""
     try:
-        return model.model_validate(dict(spec))
+        parsed = model.model_validate(dict(spec))
     except ValidationError as e:
-        message = format_validation_error(e, f"{kind} {namespace}/{name}", prefix=("spec",))
-        at = now()
-        conditions = set_condition([], "Failed", "True", "InvalidSpec", message, at)
-        kube().patch_status(kind, namespace, name, {"phase": "Failed", "conditions": conditions,
-                                                    "completionTime": at})
-        kube().post_event(body, "InvalidSpec", message, warning=True)
+        _fail(kind, namespace, name, body, "InvalidSpec",
+              format_validation_error(e, f"{kind} {namespace}/{name}", prefix=("spec",)))
         return None
+    refused = pod_policy.denied(parsed)
+    if refused:
+        _fail(kind, namespace, name, body, "PolicyViolation", f"{kind} {namespace}/{name}: {refused}")
+        return None
+    return parsed
+
+
+def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message: str) -> None:
+    at = now()
+    conditions = set_condition([], "Failed", "True", reason, message, at)
+    kube().patch_status(kind, namespace, name, {"phase": "Failed", "conditions": conditions, "completionTime": at})
+    kube().post_event(body, reason, message, warning=True)

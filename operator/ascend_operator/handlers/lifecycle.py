@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import kopf
+from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
 from .. import metrics
@@ -30,6 +31,7 @@ from ..api.run_policy import RunPolicy
 from ..progress import scrape
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
+from . import create_errors, kueue
 from .common import kube, parse_spec
 from .dependencies import DependencyError, readiness, refs, resolve
 
@@ -93,12 +95,16 @@ def _delete_pods(namespace: str, pods: list[dict[str, Any]]) -> int:
 def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any) -> list[str]:
     objects = job.render(name, namespace, spec)
     kopf.adopt(objects, owner=obj)
+    kueue.keep_off_children(objects)
     created = []
     for o in objects:
-        if o["kind"] == "ConfigMap":  # a restart or resume may load a different checkpoint
-            kube().update_config_map(namespace, o)
-        elif kube().create(namespace, o):
-            created.append(f"{o['kind']}/{o['metadata']['name']}")
+        try:
+            if o["kind"] == "ConfigMap":  # a restart or resume may load a different checkpoint
+                kube().update_config_map(namespace, o)
+            elif kube().create(namespace, o):
+                created.append(f"{o['kind']}/{o['metadata']['name']}")
+        except ApiException as e:
+            raise create_errors.ChildCreateFailed(f"{o['kind']}/{o['metadata']['name']}", e) from None
     return created
 
 
@@ -153,7 +159,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             forget(job, namespace, name)
         return
     spec = parse_spec(job.spec_model, job.kind.kind, namespace, name, obj["spec"], obj)
-    if spec is None:
+    if spec is None or kueue.suspend_until_admitted(job.kind.kind, obj, spec.runPolicy.suspend):
         return
     pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
     policy: RunPolicy = spec.runPolicy
@@ -188,7 +194,20 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     restarting = status.get("phase") == "Restarting"
     terminating = len(pods) - len(live(pods))
     if (not is_true(status, "Created") or (restarting and not live(pods))) and not terminating:
-        created = _create(job, obj, namespace, name, spec)
+        key = (job.kind.kind, namespace, name)
+        if not create_errors.due(key):
+            return status  # backing off after a refused create
+        try:
+            created = _create(job, obj, namespace, name, spec)
+        except create_errors.ChildCreateFailed as e:
+            status, message, permanent = create_errors.failed(key, e.what, e.error, status, at)
+            if permanent:  # the phase change posts the Warning event; a partial gang is of no use
+                _delete_pods(namespace, kube().list_pods(namespace, {LABEL_JOB_NAME: name,
+                                                                     LABEL_JOB_KIND: job.kind.kind}))
+            else:
+                _event(obj, "CreateFailed", message, warning=True)
+            return status
+        create_errors.reset(key)
         if not is_true(status, "Created"):
             message = f"created {', '.join(created)}" if created else "objects already exist"
             status["conditions"] = set_condition(status.get("conditions", []), "Created", "True", "Created",
@@ -227,6 +246,7 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
+    create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
     metrics.job_phase(job.kind.kind, namespace, name, None)
 
 

@@ -32,9 +32,12 @@ import yaml
 from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
+from . import field_validation
 from .crd_schema import CustomResourceSchema
+from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from .patches import PatchError, json_patch, merge_patch
+from .pod_validation import pod_spec_errors
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
 
 logger = logging.getLogger(__name__)
@@ -178,10 +181,14 @@ class LocalKubernetesApi(KubernetesEmulator):
                 raw = raw.clone(rel_url=raw.rel_url.with_path(raw.path.rstrip("/")))
             return await super().__call__(raw)
         try:
-            return await self._dispatch(raw, target)
+            fields = field_validation.begin(raw.query if raw.method in ("POST", "PUT", "PATCH") else {})
+            response = await self._dispatch(raw, target)
+            for warning in fields.warnings:
+                response.headers.add("Warning", warning)
+            return response
         except ApiError as exc:
             return exc.response()
-        except (SelectorError, PatchError) as exc:
+        except (SelectorError, PatchError, field_validation.FieldValidationError) as exc:
             return ApiError(400, "BadRequest", str(exc)).response()
         except Exception as exc:  # a bug here must reach the client as a 500, not a dropped connection
             logger.exception("internal error serving %s %s", raw.method, raw.path)
@@ -355,11 +362,16 @@ class LocalKubernetesApi(KubernetesEmulator):
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         """Per-kind rules applied on every write: schema for custom objects, CRD registration, Secret data."""
         name = obj["metadata"].get("name", "")
+        errors = object_errors(rt.group, rt.plural, obj) if old is None else []  # names are immutable
+        if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
+            errors += pod_spec_errors(obj)
         if rt.schema is not None:
-            obj = rt.schema.prepare(obj)
-            errors = rt.schema.errors(obj, old)
-            if errors:
-                raise invalid(rt, name, errors)
+            pruned: list[str] = []
+            obj = rt.schema.prepare(obj, pruned)
+            field_validation.report(rt.kind, rt.version, pruned)  # decoding comes before validation
+            errors += rt.schema.errors(obj, old)
+        if errors:
+            raise invalid(rt, name, errors)
         if rt.plural == "secrets" and not rt.group and "stringData" in obj:
             data = obj.setdefault("data", {})
             for k, v in (obj.pop("stringData") or {}).items():

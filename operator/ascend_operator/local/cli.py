@@ -56,10 +56,11 @@ def _is_custom(r: ApiResource) -> bool:
     return bool(r.group) and not r.group.endswith("k8s.io")
 
 
-def apply_file(resources: ResourceClient, path: str, namespace: str) -> list[tuple[ApiResource, dict[str, Any]]]:
+def apply_file(resources: ResourceClient, path: str, namespace: str,
+               field_validation: str = "Strict") -> list[tuple[ApiResource, dict[str, Any]]]:
     applied = []
     for doc in _load_documents(path):
-        obj, action = resources.apply(doc, namespace)
+        obj, action = resources.apply(doc, namespace, field_validation)
         r = resources.for_object(doc)
         print(f"{r.kind.lower()}.{r.group or 'core'}/{obj['metadata']['name']} {action}")
         applied.append((r, obj))
@@ -154,7 +155,7 @@ def up(args: argparse.Namespace) -> int:
 def apply(args: argparse.Namespace) -> int:
     resources = _client(args.root)
     try:
-        apply_file(resources, args.file, args.namespace)
+        apply_file(resources, args.file, args.namespace, args.validate.capitalize())
     finally:
         resources.close()
     return 0
@@ -233,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--namespace", "-n", default="default")
     sub = commands.add_parser("apply", help="create or update every document of a file")
     sub.add_argument("-f", "--file", required=True)
+    sub.add_argument("--validate", choices=("strict", "warn", "ignore"), default="strict",
+                     help="the server's fieldValidation for unknown fields, as kubectl's (default: %(default)s)")
     sub.set_defaults(func=apply)
     sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
     sub.add_argument("kind")

@@ -2,7 +2,11 @@
 
 Order as on a real server: prune unknown fields (structural schemas), drop nulls the schema does not allow,
 apply ``default``s, then validate with the OpenAPI schema and with the CEL rules
-(``x-kubernetes-validations``, ``self`` bound to the value at the rule's level, ``oldSelf`` on updates).
+(``x-kubernetes-validations``, ``self`` bound to the value at the rule's level, ``oldSelf`` on updates; at the
+root ``self.metadata`` holds only ``name`` and ``generateName``). Schema errors come first; when one of them
+means the object lacks the shape the rules were written for (a wrong type, a missing required field, a value
+outside an enum, too long, too many items) the CEL rules are not evaluated at all, as in kube-apiserver's
+``hasBlockingErr``.
 Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: ...``.
 """
 from __future__ import annotations
@@ -15,6 +19,11 @@ import celpy
 import jsonschema
 
 _ROOT_KEPT = ("apiVersion", "kind", "metadata")
+# jsonschema validators whose failure kube-apiserver counts as blocking CEL (NotSupported, Required, TooLong,
+# TooMany, TypeInvalid).
+_BLOCKING = {"enum", "required", "maxLength", "maxItems", "maxProperties", "type"}
+RULES_NOT_CHECKED = ("<nil>", '<nil>: Invalid value: "null": some validation rules were not checked because the '
+                              "object was invalid; correct the existing errors to complete validation")
 
 
 def _field(path: list[str | int]) -> str:
@@ -40,6 +49,15 @@ def _type_name(value: Any) -> str:
     if isinstance(value, float):
         return "number"
     return "string" if isinstance(value, str) else "null"
+
+
+def _rule_error(field: str, type_name: str, message: str, reason: str | None) -> str:
+    """A failed CEL rule in kube-apiserver's words, which depend on the rule's ``reason``."""
+    if reason == "FieldValueForbidden":
+        return f"{field}: Forbidden: {message}"
+    if reason == "FieldValueRequired":
+        return f"{field}: Required value: {message}"
+    return f'{field}: Invalid value: "{type_name}": {message}'
 
 
 def _to_jsonschema(schema: Any) -> Any:
@@ -87,13 +105,15 @@ class CustomResourceSchema:
 
     # -- shaping ----------------------------------------------------------------------------------
 
-    def prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Pruned and defaulted copy of ``obj`` (apiVersion, kind and metadata are kept at the root)."""
+    def prepare(self, obj: dict[str, Any], pruned: list[str] | None = None) -> dict[str, Any]:
+        """Pruned and defaulted copy of ``obj`` (apiVersion, kind and metadata are kept at the root); the paths of
+        pruned unknown fields are appended to ``pruned`` (``spec.train.foo``, ``spec.volumes[0].bar``)."""
         kept = {k: obj[k] for k in _ROOT_KEPT if k in obj}
-        rest = self._shape({k: v for k, v in obj.items() if k not in _ROOT_KEPT}, self.schema)
+        rest = self._shape({k: v for k, v in obj.items() if k not in _ROOT_KEPT}, self.schema, [], pruned)
         return {**kept, **rest}
 
-    def _shape(self, value: Any, schema: dict[str, Any]) -> Any:
+    def _shape(self, value: Any, schema: dict[str, Any], path: list[str | int] | None = None,
+               pruned: list[str] | None = None) -> Any:
         if isinstance(value, dict):
             props = schema.get("properties")
             extra = schema.get("additionalProperties")
@@ -106,16 +126,19 @@ class CustomResourceSchema:
                 if sub is None:
                     if preserve or extra is True:
                         out[key] = copy.deepcopy(item)
+                    elif pruned is not None and path is not None:
+                        pruned.append(_field(path + [key]))
                     continue  # pruned: unknown field of a structural schema
                 if item is None and not sub.get("nullable"):
                     continue  # a null the schema does not allow is dropped (and may be defaulted below)
-                out[key] = self._shape(item, sub)
+                out[key] = self._shape(item, sub, None if path is None else path + [key], pruned)
             for key, sub in (props or {}).items():
                 if key not in out and "default" in sub:
                     out[key] = self._shape(copy.deepcopy(sub["default"]), sub)
             return out
         if isinstance(value, list) and isinstance(schema.get("items"), dict):
-            return [self._shape(item, schema["items"]) for item in value]
+            return [self._shape(item, schema["items"], None if path is None else path + [i], pruned)
+                    for i, item in enumerate(value)]
         return copy.deepcopy(value)
 
     # -- validation -------------------------------------------------------------------------------
@@ -123,10 +146,21 @@ class CustomResourceSchema:
     def errors(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         """``(field, message)`` pairs, empty when ``obj`` is valid."""
         body = {k: v for k, v in obj.items() if k not in _ROOT_KEPT}
-        found = [self._schema_error(e) for e in self._validator.iter_errors(body)]
+        schema_errors = list(self._validator.iter_errors(body))
+        found = sorted({self._schema_error(e) for e in schema_errors})
+        if any(e.validator in _BLOCKING for e in schema_errors):
+            return found + [RULES_NOT_CHECKED]
         old_body = None if old is None else {k: v for k, v in old.items() if k not in _ROOT_KEPT}
-        self._rule_errors(body, old_body, self.schema, [], found)
-        return sorted(set(found))
+        rule_errors: list[tuple[str, str]] = []
+        self._rule_errors(self._with_name(body, obj), old_body and self._with_name(old_body, old), self.schema, [],
+                          rule_errors)
+        return found + sorted(set(rule_errors))
+
+    @staticmethod
+    def _with_name(body: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+        """The root as CEL sees it: the body plus ``metadata.name`` / ``metadata.generateName``."""
+        meta = obj.get("metadata") or {}
+        return {**body, "metadata": {k: meta[k] for k in ("name", "generateName") if k in meta}}
 
     @staticmethod
     def _schema_error(error: jsonschema.ValidationError) -> tuple[str, str]:
@@ -161,8 +195,9 @@ class CustomResourceSchema:
         for rule in schema.get("x-kubernetes-validations") or []:
             message = self._check_rule(rule, value, old)
             if message is not None:
-                field = _field(path) + (rule.get("fieldPath") or "")
-                found.append((field, f'{field}: Invalid value: "{_type_name(value)}": {message}'))
+                field = (_field(path) if path else "") + (rule.get("fieldPath") or "")
+                field = field.lstrip(".") or _field(path)
+                found.append((field, _rule_error(field, _type_name(value), message, rule.get("reason"))))
         if isinstance(value, dict):
             props = schema.get("properties") or {}
             extra = schema.get("additionalProperties")

@@ -116,18 +116,22 @@ class ResourceClient:
 
     # -- verbs -----------------------------------------------------------------------------------
 
-    def apply(self, obj: dict[str, Any], namespace: str = "default") -> tuple[dict[str, Any], str]:
-        """Create, or merge-patch what exists; returns the object and "created", "configured" or "unchanged"."""
+    def apply(self, obj: dict[str, Any], namespace: str = "default",
+              field_validation: str = "Strict") -> tuple[dict[str, Any], str]:
+        """Create, or merge-patch what exists; returns the object and "created", "configured" or "unchanged".
+        ``field_validation`` is sent as the server's fieldValidation (Strict by default, as kubectl does): an
+        unknown field such as a misspelt ``tensorModelParalelSize`` is then an error, not a silent default."""
         r = self.for_object(obj)
         ns = (obj.get("metadata") or {}).get("namespace") or namespace if r.namespaced else None
         name = obj["metadata"]["name"]
+        query = {"fieldValidation": field_validation}
         try:
-            return self.request("POST", r.path(ns), obj), "created"
+            return self.request("POST", r.path(ns), obj, query), "created"
         except ApiRequestError as exc:
             if exc.status != 409:
                 raise
         before = self.request("GET", r.path(ns, name))
-        after = self.request("PATCH", r.path(ns, name), obj, content_type="application/merge-patch+json")
+        after = self.request("PATCH", r.path(ns, name), obj, query, content_type="application/merge-patch+json")
         same = before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
         return after, "unchanged" if same else "configured"
 

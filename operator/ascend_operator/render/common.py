@@ -7,6 +7,7 @@ import yaml
 
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
 from ..api.kube import PodSettings
+from .security import container_security, pod_security
 
 from ascend_engine.telemetry import METRICS_PORT_ENV, TERMINATION_LOG_ENV
 
@@ -45,13 +46,14 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         "imagePullPolicy": settings.imagePullPolicy,
         "command": command,
         "env": env + [{"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG}]
-        + [{"name": e.name, "value": e.value} for e in settings.env],
+        + [e.to_pod() for e in settings.env],
         # The engine's final report (JSON) comes back in status.containerStatuses[].state.terminated.message.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
         "volumeMounts": mounts + list(settings.volumeMounts),
-    }
+        "securityContext": container_security(settings),
+    } | ({"envFrom": list(settings.envFrom)} if settings.envFrom else {})
 
 
 def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str, Any]:
@@ -60,8 +62,10 @@ def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shmSize}})
     spec: dict[str, Any] = {
         "restartPolicy": "Never",  # restarts are the operator's decision (gang restart), not the kubelet's
+        "terminationGracePeriodSeconds": settings.terminationGracePeriodSeconds,
         "containers": [main],
         "volumes": volumes + list(settings.volumes),
+        **pod_security(settings),
     }
     optional = {
         "serviceAccountName": settings.serviceAccountName,

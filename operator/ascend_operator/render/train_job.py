@@ -50,6 +50,9 @@ def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int
     }
     env = dict(contract)
     env.update({f"PET_{k}": v for k, v in contract.items() if k != "WORLD_SIZE"})
+    # On SIGTERM torchrun forwards it to the workers and waits this long before SIGKILL: the engine's time to
+    # finish its step and save (train/preemption.py), bounded by the pod's grace period.
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(spec.terminationGracePeriodSeconds - 15)
     if spec.devices.is_ascend():
         env["HCCL_CONNECT_TIMEOUT"] = str(spec.hccl.connectTimeout)
         if spec.hccl.ifBasePort is not None:

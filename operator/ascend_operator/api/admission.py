@@ -1,0 +1,59 @@
+"""Admission rules that concern names and the pod's environment, written once for both places that check them:
+the API server (CEL rules in the generated CRDs, so ``kubectl apply`` fails before anything exists) and the
+operator (the same checks in Python, when it parses a spec).
+
+* Names: an AscendTrainJob's name becomes its headless Service's name (a DNS-1035 label) and, with ``-<index>``,
+  each pod's hostname (a DNS-1123 label, at most 63 characters); a DatasetPrep's or CheckpointConvert's name is
+  a label value on its pod (at most 63 characters). The API server already requires a DNS-1123 subdomain of at
+  most 253 characters for every custom object; these rules add what the children need and say why.
+* Environment: torchrun's contract (``MASTER_ADDR`` ... ``WORLD_SIZE``, ``RANK`` and every ``PET_*`` twin) is
+  the operator's to set; a user value would silently break the rendezvous, so it is rejected with its name.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+RESERVED_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "RANK")
+RESERVED_ENV_PREFIX = "PET_"
+_RESERVED_CEL = "[" + ", ".join(f"'{n}'" for n in RESERVED_ENV) + "]"
+_IS_RESERVED = f"(e.name in {_RESERVED_CEL} || e.name.startsWith('{RESERVED_ENV_PREFIX}'))"
+RESERVED_ENV_MESSAGE = ("is set by the operator (the torchrun contract: MASTER_ADDR, MASTER_PORT, NODE_RANK, NNODES, "
+                        "NPROC_PER_NODE, WORLD_SIZE, RANK and PET_*); set nnodes, nprocPerNode or masterPort instead")
+
+RESERVED_ENV_RULE = {
+    "rule": f"self.all(e, !{_IS_RESERVED})",
+    "messageExpression": f"'env ' + self.filter(e, {_IS_RESERVED}).map(e, e.name)[0] + ' {RESERVED_ENV_MESSAGE}'",
+    "reason": "FieldValueForbidden",
+}
+
+DNS1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_LABEL = 63
+
+# Root-level rules (the API server gives CEL `self.metadata.name` and `self.metadata.generateName` there).
+TRAIN_JOB_NAME_RULES = [
+    {"rule": f"self.metadata.name.matches('{DNS1035_LABEL}')",
+     "message": "must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter and ending "
+                "with a letter or digit): it names the job's headless Service and its pods' subdomain",
+     "fieldPath": ".metadata.name", "reason": "FieldValueInvalid"},
+    {"rule": f"size(self.metadata.name) + 1 + size(string(self.spec.nnodes - 1)) <= {MAX_LABEL}",
+     "messageExpression": f"'is too long: pod hostnames <name>-<index> must be at most {MAX_LABEL} characters, so "
+                          f"with nnodes ' + string(self.spec.nnodes) + ' the name may have at most ' + "
+                          f"string({MAX_LABEL - 1} - size(string(self.spec.nnodes - 1))) + ' characters'",
+     "fieldPath": ".metadata.name", "reason": "FieldValueInvalid"},
+]
+SINGLE_POD_NAME_RULES = [
+    {"rule": f"size(self.metadata.name) <= {MAX_LABEL}",
+     "message": f"may be at most {MAX_LABEL} characters: it is the value of the ascendtrain.dev/job-name label on "
+                "the job's pod",
+     "fieldPath": ".metadata.name", "reason": "FieldValueInvalid"},
+]
+
+
+def reserved_env(names: list[str]) -> str | None:
+    """The first reserved variable among ``names``, or None."""
+    return next((n for n in names if n in RESERVED_ENV or n.startswith(RESERVED_ENV_PREFIX)), None)
+
+
+def name_schema() -> dict[str, Any]:
+    """``metadata`` in the CRD: only ``name`` is described (what the root rules' fieldPath refers to)."""
+    return {"type": "object", "properties": {"name": {"type": "string"}}}

@@ -1,0 +1,94 @@
+"""Pod templates the API server refuses, and Secrets passed by reference, with the operator as a real process
+against the loopback API."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ascend_operator.handlers import create_errors
+from test_operator_lifecycle import create, events_of, phase_is
+from test_operator_train_job import get_job, job, operator, pods_of, set_pod_phase, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.operator
+
+SECRET_VALUE = "hf_s3cr3t-Token-0123456789"
+
+
+REFUSED = [  # (job, spec, reason, what the message says)
+    ("clash", {"volumes": [{"name": "dshm", "emptyDir": {}}]}, "InvalidPodTemplate",
+     'creating Pod/clash-0 failed: Pod "clash-0" is invalid: spec.volumes[2].name: Duplicate value: "dshm"'),
+    ("tol", {"tolerations": [{"key": "npu", "operator": "Equals", "effect": "NoSchedule"}]}, "InvalidPodTemplate",
+     'creating Pod/tol-0 failed: Pod "tol-0" is invalid: spec.tolerations[0].operator: Unsupported value: '
+     '"Equals": supported values: "Equal", "Exists"'),
+    ("hp", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]}, "PolicyViolation",
+     "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied by this operator's policy"),
+]
+
+
+def test_a_refused_pod_fails_the_job_with_the_servers_message(operator, api_client):
+    for name, spec, _, _ in REFUSED:
+        create(api_client, job(name, **spec))
+    for name, _, reason, says in REFUSED:
+        failed = phase_is(api_client, name, "Failed")
+        condition = next(c for c in failed["conditions"] if c["type"] == "Failed")
+        assert condition["reason"] == reason and says in condition["message"], condition
+        wait_for(lambda: any(says in message for _, message in events_of(api_client, name)),
+                 what="a Warning event with the message")
+        warnings = [e for e in client.CoreV1Api(api_client).list_namespaced_event("default").items
+                    if e.involved_object.name == name and says in e.message]
+        assert warnings and all(e.type == "Warning" for e in warnings)
+        assert pods_of(api_client, name) == []
+
+
+def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api_client, tmp_path):
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret("default", {"metadata": {"name": "hf"}, "stringData": {"token": SECRET_VALUE}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "tuning"}, "data": {"NCCL_DEBUG": "WARN"}})
+    secret_env = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    create(api_client, job("sec", env=[secret_env, {"name": "PLAIN", "value": "1"}],
+                           envFrom=[{"secretRef": {"name": "hf"}, "prefix": "HF_"}, {"configMapRef": {"name": "tuning"}}],
+                           volumes=[{"name": "creds", "secret": {"secretName": "hf"}}],
+                           volumeMounts=[{"name": "creds", "mountPath": "/var/run/creds", "readOnly": True}]))
+    pods = wait_for(lambda: len(p := pods_of(api_client, "sec")) == 2 and p, what="pods")
+    for pod in pods:
+        container = api_client.sanitize_for_serialization(pod.spec.containers[0])
+        env = {e["name"]: e for e in container["env"]}
+        assert env["HF_TOKEN"] == secret_env and env["PLAIN"]["value"] == "1"
+        assert container["envFrom"] == [{"secretRef": {"name": "hf"}, "prefix": "HF_"},
+                                        {"configMapRef": {"name": "tuning"}}]
+        assert {"name": "creds", "mountPath": "/var/run/creds", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "creds", "secret": {"secretName": "hf"}} in \
+            api_client.sanitize_for_serialization(pod.spec)["volumes"]
+    for pod in pods:
+        set_pod_phase(api_client, pod.metadata.name, "Running")
+    phase_is(api_client, "sec", "Running")
+    set_pod_phase(api_client, "sec-1", "Failed", exit_code=1)
+    phase_is(api_client, "sec", "Failed")
+    encoded = base64.b64encode(SECRET_VALUE.encode()).decode()
+    seen = [repr(get_job(api_client, "sec")),
+            repr([e.to_dict() for e in core.list_namespaced_event("default").items]),
+            repr([c.data for c in core.list_namespaced_config_map("default").items]),
+            (tmp_path / "operator.log").read_text()]
+    for text in seen:
+        assert SECRET_VALUE not in text and encoded not in text
+
+
+def test_other_refusals_back_off_and_say_so():
+    """A 403 (say, a ResourceQuota) is not permanent: Created=False with the message, the next try later."""
+    key = ("AscendTrainJob", "default", "quota")
+    quota = ApiException(status=403, reason="Forbidden")
+    quota.body = '{"kind": "Status", "message": "pods \\"quota-0\\" is forbidden: exceeded quota: npu"}'
+    try:
+        status, message, permanent = create_errors.failed(key, "Pod/quota-0", quota, {"phase": "Pending"}, "t")
+        assert not permanent and status["phase"] == "Pending" and not create_errors.due(key)
+        (created,) = status["conditions"]
+        assert (created["type"], created["status"], created["reason"]) == ("Created", "False", "CreateFailed")
+        assert 'exceeded quota: npu' in created["message"] and "attempt 1; next in 5s" in created["message"]
+        _, message, _ = create_errors.failed(key, "Pod/quota-0", quota, status, "t")
+        assert "attempt 2; next in 10s" in message
+    finally:
+        create_errors.reset(key)
+    assert create_errors.due(key)
