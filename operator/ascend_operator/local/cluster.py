@@ -19,7 +19,7 @@ import yaml
 
 from .apiserver import LocalApiServer
 from .resource_client import ResourceClient
-from .runner import MAX_LOCAL_GRACE_S, PodRunner
+from .runner import MAX_LOCAL_GRACE_S, PodRunner, pod_log_path
 
 MARKER = ".ascend-local-cluster"
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
@@ -39,7 +39,7 @@ class LocalCluster:
         self.crds_dir = Path(crds_dir) if crds_dir else None
         self.with_operator = operator
         self.capacity = capacity
-        self.api_server = LocalApiServer(port=port)
+        self.api_server = LocalApiServer(port=port, pod_log_file=lambda ns, name: pod_log_path(self.root, ns, name))
         self.runner: PodRunner | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self._operator_log: IO[bytes] | None = None
