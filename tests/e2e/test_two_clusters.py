@@ -3,6 +3,7 @@ MASTER_PORT: torchrun's rendezvous store listens on the wildcard address, which 
 fail with EADDRINUSE. Each cluster owns its loopback network and each pod binds on its own IP, so both succeed."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 from ascend_operator.local.cluster import LocalCluster
 from ascend_operator.local.runner import read_logs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    not (shutil.which("cc") or shutil.which("gcc")),
+    reason="no C compiler for the local pods' network shim (Debian: apt-get install -y gcc libc6-dev)")]
 
 WORKER = """
 import os, time

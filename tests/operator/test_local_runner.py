@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,8 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
     assert done.spec.node_name == "local" and done.status.start_time is not None
 
 
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="no C compiler for the local pods' network shim (Debian: apt-get install -y gcc libc6-dev)")
 def test_pods_listening_on_the_same_wildcard_port_each_get_their_own_ip(runner, core, cluster_root: Path):
     """As in per-pod network namespaces: two pods bind ``0.0.0.0:<port>`` at once, each ends up on its own IP."""
     code = ("import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29511)); s.listen();"
