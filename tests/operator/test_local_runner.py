@@ -185,8 +185,8 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "bad"},
                                    "spec": {"size": 0}}))
-    for attempt in range(2):  # a second start gets a fresh API and a cleaned root
-        with LocalCluster(root, crds_dir=crds) as cluster:
+    for attempt in range(2):  # each start is fresh here; test_local_state.py covers starts that keep state
+        with LocalCluster(root, crds_dir=crds, fresh=True) as cluster:
             assert cluster.kubeconfig.exists() and (root / ".ascend-local-cluster").exists()
             cli = ["--root", str(root)]
             assert main(cli + ["apply", "-f", str(manifest)]) == 0

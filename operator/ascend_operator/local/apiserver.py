@@ -33,7 +33,7 @@ import yaml
 from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
-from . import dry_run, openapi, tables
+from . import dry_run, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_selectors import SelectorError, field_selector, label_selector
 from .patches import PatchError, json_patch, merge_patch
@@ -719,8 +719,10 @@ class LocalApiServer:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0,
-                 pod_log_file: Callable[[str, str], Path] | None = None):
+                 pod_log_file: Callable[[str, str], Path] | None = None, state_file: Path | None = None):
+        """``state_file``: where the objects are kept across restarts (see ``persistence``); None keeps nothing."""
         self.host, self._requested_port = host, port
+        self._state_file = state_file
         self._pod_log_file = pod_log_file
         self.port: int | None = None
         self.api: LocalKubernetesApi | None = None
@@ -759,6 +761,8 @@ class LocalApiServer:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         self.api = LocalKubernetesApi(pod_log_file=self._pod_log_file)
+        if self._state_file is not None:
+            persistence.load(self.api, self._state_file)
         async with self.api:
             runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api), shutdown_timeout=2.0)
             await runner.setup()
@@ -768,6 +772,8 @@ class LocalApiServer:
             self._ready.set()
             await self._stop.wait()
             self.api.close_watches()
+            if self._state_file is not None:
+                persistence.save(self.api, self._state_file)
             await runner.cleanup()
 
     def stop(self) -> None:

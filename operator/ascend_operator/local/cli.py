@@ -1,6 +1,7 @@
 """``ascend-train``: run the embedded local cluster and talk to it.
 
-    ascend-train local up                      API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local up [--fresh]            API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local down                    stop the `local up` running on --root (from another shell)
     ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
     ascend-train apply -f FILE                 create or update every document of FILE
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
@@ -19,6 +20,7 @@ from typing import Any
 import urllib3
 import yaml
 
+from . import lifecycle
 from .cluster import LocalCluster
 from .printing import table
 from .resource_client import ApiRequestError, ApiResource, ResourceClient
@@ -92,7 +94,7 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
 def demo(args: argparse.Namespace) -> int:
     _load_documents(args.file)  # a bad file fails before anything starts
     started = time.monotonic()
-    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device)) as cluster:
+    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster:
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
               f"to use kubectl), operator log {cluster.operator_log}")
         resources = cluster.client()
@@ -131,23 +133,36 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def up(args: argparse.Namespace) -> int:
-    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device)) as cluster:
-        print(f"local cluster up at {cluster.api_server.url}\n"
+    running = lifecycle.running_pid(Path(args.root))
+    if running is not None:
+        raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); "
+                         "`ascend-train local down` stops it")
+    stop: list[int] = []
+    # SIGINT too: a backgrounded `local up &` starts with SIGINT ignored, so Python's Ctrl-C handling is off.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device),
+                      fresh=args.fresh) as cluster, lifecycle.pid_file(cluster.root):
+        print(f"local cluster up at {cluster.api_server.url} ({'fresh' if args.fresh else 'state kept'} "
+              f"in {cluster.root}/)\n"
               f"  kubeconfig: {cluster.kubeconfig}\n"
               f"  try:        export KUBECONFIG={cluster.kubeconfig}; kubectl get atj,pods\n"
               f"  or:         ascend-train apply -f examples/quickstart.yaml; ascend-train get atj\n"
-              f"Ctrl-C stops it.", flush=True)
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-        try:
-            while not stop:
-                if cluster.operator is not None and cluster.operator.poll() is not None:
-                    raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
-                                     f"see {cluster.operator_log}")
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        print("stopping the local cluster")
+              f"Ctrl-C or `ascend-train local down` stops it; `local up --fresh` starts over.", flush=True)
+        while not stop:
+            if cluster.operator is not None and cluster.operator.poll() is not None:
+                raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
+                                 f"see {cluster.operator_log}")
+            time.sleep(0.2)
+        print("stopping the local cluster (objects and files are kept)", flush=True)
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    pid = lifecycle.stop(Path(args.root))
+    if pid is None:
+        raise UsageError(f"no local cluster runs on {args.root}/")
+    print(f"stopped the local cluster on {args.root}/ (pid {pid})")
     return 0
 
 
@@ -219,18 +234,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
         dest="local_command", required=True)
+    local.add_parser("down", help="stop the `local up` running on --root").set_defaults(func=down)
     for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
                              ("demo", demo, "up, apply a file and follow its jobs to the end")):
-        sub = local.add_parser(name, help=text)
+        sub = local.add_parser(name, help=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         sub.add_argument("--device", action="append", default=[], metavar="NAME=COUNT",
                          help="extended resources the local node offers, e.g. huawei.com/Ascend910=8")
+        sub.add_argument("--fresh", action="store_true",
+                         help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
         sub.set_defaults(func=func)
         if name == "up":
             sub.add_argument("--no-operator", action="store_true", help="API and pod runner only")
         else:
             sub.add_argument("--file", "-f", required=True, help="YAML with one or more documents")
-            sub.add_argument("--timeout", type=float, default=900.0, help="seconds (default: %(default)s)")
-            sub.add_argument("--namespace", "-n", default="default")
+            sub.add_argument("--timeout", type=float, default=900.0, help="seconds")
+            sub.add_argument("--namespace", "-n", default="default", help="namespace of documents without one")
     sub = commands.add_parser("apply", help="create or update every document of a file")
     sub.add_argument("-f", "--file", required=True)
     sub.set_defaults(func=apply)
