@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ascend_operator.local.cli import main as ascend_train
 from ascend_operator.local.cluster import LocalCluster
 
 pytestmark = [pytest.mark.operator,
@@ -65,6 +66,21 @@ def test_get_atj_shows_the_crd_printer_columns(cluster):
     assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "RESTARTS", "AGE"]
     assert table[1][:6] == ["columns", "Running", "12", "4.5", "812.5", "1"]
     assert table[1][6].endswith("s")  # an age computed by kubectl from the date column
+
+
+def test_ascend_train_get_says_why_a_job_failed(cluster, capsys):
+    resources = cluster.client()
+    atj = resources.resolve("atj")
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "broken"
+    resources.apply(job)
+    cause = "pod broken-0 failed: exit code 1 (Error): FileNotFoundError: config.json missing in /models/x"
+    resources.request("PATCH", atj.path("default", "broken", "status"), {"status": {"phase": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailed", "message": cause,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, content_type="application/merge-patch+json")
+    resources.close()
+    assert ascend_train(["--root", str(cluster.root), "get", "atj"]) == 0
+    assert f"broken failed: {cause}" in capsys.readouterr().out.splitlines()
 
 
 def test_get_pods_ready_status_restarts_and_logs(cluster):

@@ -193,6 +193,11 @@ def get(args: argparse.Namespace) -> int:
                        {"name": "Restarts", "jsonPath": ".status.containerStatuses[0].restartCount"},
                        {"name": "IP", "jsonPath": ".status.podIP"}]
         print(table(objects, columns, with_namespace=args.all_namespaces and r.namespaced))
+        for obj in objects:  # why a job failed, without reading its status YAML or pod logs
+            failed = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                           if c.get("type") == "Failed" and c.get("status") == "True"), None)
+            if failed:
+                print(f"{obj['metadata']['name']} failed: {failed.get('message') or failed.get('reason')}")
     finally:
         resources.close()
     return 0
