@@ -11,13 +11,14 @@ TORCH_PIN ?= torch==2.13.0
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (first run, or pyproject.toml changed): $(TORCH_PIN), then the project"
+	@echo "setting up $(VENV) (first run, or pyproject.toml changed; about 2 minutes):"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -qq --upgrade pip
-	@$(BIN)/pip install -qq "$(TORCH_PIN)"
+	@echo "  [1/3] pip"; $(BIN)/pip install -qq --upgrade pip
+	@echo "  [2/3] $(TORCH_PIN) (the CPU build)"; $(BIN)/pip install -qq "$(TORCH_PIN)"
+	@echo "  [3/3] this project and its dependencies (megatron-core, transformers, kopf, ...; see pyproject.toml)"
 	@$(BIN)/pip install -qq -e ".[dev]"
 	@touch $(STAMP)
-	@echo "$(VENV) ready"
+	@echo "$(VENV) ready: put it on PATH with 'export PATH=$(CURDIR)/$(BIN):\$$PATH' or run 'make shell'"
 
 # Debian packages the tests drive for real: kubectl (tests/operator/test_kubectl.py) and a C compiler (the local
 # pods' network shim). Installed when missing and apt-get can (as root); otherwise those tests skip and say why.

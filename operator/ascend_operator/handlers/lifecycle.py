@@ -48,6 +48,8 @@ class JobKind:
     # (job object, resolved spec, status) -> (spec to render, status fields to add): e.g. host ports.
     prepare: Callable[[dict[str, Any], Any, dict[str, Any]], tuple[Any, dict[str, Any]]] = \
         lambda obj, spec, status: (spec, {})
+    # The engine's final report -> status.progress fields once Succeeded (a short job may end between scrapes).
+    final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -212,6 +214,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
         elif result:
             new[job.result_field] = result
+        if final := job.final_progress(result or {}):
+            new["progress"] = {**new.get("progress", {}), **final, "lastUpdateTime": now()}
     if new["phase"] in TERMINAL:
         cleaned = _delete_pods(namespace, policy.pods_to_clean(live(pods)))
         if cleaned:

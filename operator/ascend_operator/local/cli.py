@@ -235,7 +235,8 @@ def _capacity(devices: list[str]) -> dict[str, int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-train", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", default=".local-cluster", help="local cluster directory (default: %(default)s)")
+    parser.add_argument("--root", default=".local-cluster",
+                        help="local cluster directory: kubeconfig, objects, pod logs, claims (default: %(default)s)")
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
         dest="local_command", required=True)
@@ -270,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("pod")
     sub.set_defaults(func=logs)
     for name in ("apply", "get", "delete", "logs"):
-        commands.choices[name].add_argument("-n", "--namespace", default="default")
+        commands.choices[name].add_argument("-n", "--namespace", default="default", help="namespace")
+        commands.choices[name].formatter_class = argparse.ArgumentDefaultsHelpFormatter
     return parser
 
 
