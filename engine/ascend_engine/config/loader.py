@@ -57,18 +57,20 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple, int]]:
 
 
 def format_validation_error(err: ValidationError, source: str, lines: dict[tuple, int] | None = None,
-                            prefix: tuple = ()) -> str:
-    """One line per problem: ``job.yaml:12: parallel.tensorModelParallelSize: Input should be ...``."""
+                            prefix: tuple = (), flags: dict[tuple, str] | None = None) -> str:
+    """One line per problem: ``job.yaml:12: parallel.tensorModelParallelSize: Input should be ...``; a value
+    given by a flag (``flags``: model path -> flag name) is blamed on the flag, not on the file."""
     lines = lines or {}
     out = []
     for e in err.errors():
+        flag = next((name for path, name in (flags or {}).items() if tuple(e["loc"])[:len(path)] == path), None)
         loc = tuple(prefix) + tuple(e["loc"])
         line = None
         for n in range(len(loc), -1, -1):  # the deepest key that exists in the file
             if loc[:n] in lines:
                 line = lines[loc[:n]]
                 break
-        where = f"{source}:{line}" if line else source
+        where = f"command line {flag}" if flag else f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(root)"
         out.append(f"{where}: {field}: {e['msg']}")
     return "\n".join(out)
@@ -164,11 +166,13 @@ def build_config(model: type[M], args: argparse.Namespace, dests: dict[str, tupl
                 raise ConfigError(f"{config_path}: {data['kind']} has no spec.{section}")
             prefix = ("spec", section)
             data = spec[section] or {}
+    flag_names = {path: flag.names[0] for path, _, flag in iter_flag_fields(model)}
+    given: dict[tuple, str] = {}
     for dest, path in dests.items():
         if hasattr(args, dest):
             _set_path(data, path, getattr(args, dest))
+            given[path] = flag_names.get(path, dest)
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        # Flags given on the command line have no line; their loc still names the field.
-        raise ConfigError(format_validation_error(e, source, lines, prefix)) from None
+        raise ConfigError(format_validation_error(e, source, lines, prefix, given)) from None

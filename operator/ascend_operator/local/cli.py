@@ -3,7 +3,8 @@
     ascend-train local up [--fresh]            API + pod runner + operator in the foreground (Ctrl-C stops)
     ascend-train local down                    stop the `local up` running on --root (from another shell)
     ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
-    ascend-train apply -f FILE                 create or update every document of FILE
+    ascend-train apply -f FILE [--dry-run]     create or update every document of FILE (--dry-run: validate only)
+    ascend-train validate -f FILE              check FILE offline: every error, as file:line: field: message
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
     ascend-train delete KIND NAME
     ascend-train logs POD                      the pod's container output
@@ -166,7 +167,29 @@ def down(args: argparse.Namespace) -> int:
     return 0
 
 
+def validate(args: argparse.Namespace) -> int:
+    """Offline: the CRD schemas (with CEL rules) and the spec models, every problem of every document at once."""
+    from ..validation import validate_text
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    docs, problems = validate_text(text, args.file)
+    for problem in sorted(problems, key=lambda p: (p.line or 0, p.field)):
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    for doc in docs:
+        suffix = " (dry run)" if getattr(args, "dry_run", False) else ""
+        print(f"{str(doc['kind']).lower()}/{doc['metadata']['name']} valid{suffix}")
+    return 0
+
+
 def apply(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return validate(args)
     resources = _client(args.root)
     try:
         apply_file(resources, args.file, args.namespace)
@@ -256,8 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--timeout", type=float, default=900.0, help="seconds")
             sub.add_argument("--namespace", "-n", default="default", help="namespace of documents without one")
     sub = commands.add_parser("apply", help="create or update every document of a file")
-    sub.add_argument("-f", "--file", required=True)
+    sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
+    sub.add_argument("--dry-run", action="store_true",
+                     help="validate offline (schemas, CEL rules, models) and change nothing; no cluster needed")
     sub.set_defaults(func=apply)
+    sub = commands.add_parser("validate", help="check a file offline: every error with file:line: field",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
+    sub.set_defaults(func=validate)
     sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
     sub.add_argument("kind")
     sub.add_argument("name", nargs="?")
