@@ -62,6 +62,7 @@ def test_every_seed_script_becomes_a_valid_resource(name):
     AscendTrainJobSpec.model_validate(manifest["spec"])
     assert server_side_errors(manifest) == []
     assert manifest["metadata"]["name"] == Path(name).stem.lower().replace("_", "-")
+    assert job.gaps == []  # model shape, data and device count all resolved from the script's own variables
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -220,3 +221,33 @@ def test_importing_a_script_needs_no_torch():
             f"import_script(open({str(SCRIPTS / FIXTURES[0])!r}).read(), 'x.sh'); "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_a_script_with_unresolved_shape_data_and_devices_fails_and_names_them(tmp_path, capsys):
+    """Variables the script defines resolve; those it only uses (set in a sourced file, say) are named, and a job
+    that would train a default model on synthetic data on one device is not written."""
+    text = ("TP=1\nGPT_ARGS=\"--num-layers $NUM_LAYERS --hidden-size 64 --num-attention-heads 4 "
+            "--tensor-model-parallel-size $TP\"\n"
+            "torchrun --nproc_per_node $NPUS_PER_NODE pretrain_gpt.py $GPT_ARGS --global-batch-size 8\n")
+    path = _write(tmp_path, text)
+    out = tmp_path / "job.yaml"
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "error: variables used but not set in the script: $NUM_LAYERS, $NPUS_PER_NODE" in err
+    assert "error: no model shape: --num-layers not resolved" in err
+    assert "error: no data: --data-path not resolved" in err
+    assert "error: device count lost: torchrun --nproc-per-node is empty" in err
+    assert "note: " in err and "$NUM_LAYERS is not set in the script" in err
+    assert not out.exists()
+    assert engine_main(["import-script", str(path), "-o", str(out), "--allow-incomplete"]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert text.splitlines()[1].startswith("# INCOMPLETE")
+    assert yaml.safe_load(text)["spec"]["train"]["parallel"]["tensorModelParallelSize"] == 1  # $TP resolved
+    assert engine_main(["import-script", str(path), "-o", str(out), "--set", "NUM_LAYERS=2", "--set",
+                        "NPUS_PER_NODE=2", "--allow-incomplete"]) == 0
+    assert "$NUM_LAYERS" not in capsys.readouterr().err
+    # With TP=2 the lost device count makes the spec invalid; the error says which variable is to blame.
+    path = _write(tmp_path, path.read_text().replace("TP=1", "TP=2"))
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 2
+    assert "likely because: device count lost: torchrun --nproc-per-node is empty" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from ..config.loader import ConfigError, format_validation_error
 from ..config.train import TrainConfig
+from .fidelity import gaps
 from .launch import find_launch
 from .shell import Script, ScriptError, read_script
 from .train_flags import Skipped, map_flags
@@ -29,6 +30,7 @@ class ImportedJob:
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # commands and variables not carried over, and why
     paths: list[str] = field(default_factory=list)  # absolute paths the job reads or writes: mount them
+    gaps: list[str] = field(default_factory=list)  # why the job would not train what the script trains
 
     def mapped_count(self) -> int:
         return _count_leaves(self.manifest["spec"]["train"])
@@ -138,12 +140,14 @@ def import_script(text: str, source: str, *, image: str = _DEFAULT_IMAGE, name: 
     if env:
         spec["env"] = env
     spec["train"] = train.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    lost = gaps(spec["train"], launch.launcher, list(script.unset))
     try:
         AscendTrainJobSpec.model_validate(spec)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, f"{source}:{launch.line}", prefix=("spec",))) from None
+        because = "".join(f"\n  likely because: {g}" for g in lost)  # an unresolved variable, not the script
+        raise ConfigError(format_validation_error(e, f"{source}:{launch.line}", prefix=("spec",)) + because) from None
     metadata: dict[str, Any] = {"name": name or job_name(source)}
     if namespace:
         metadata["namespace"] = namespace
     manifest = {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.kind, "metadata": metadata, "spec": spec}
-    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped))
+    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped), lost)
