@@ -24,7 +24,7 @@ from typing import Any, Callable
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from .. import metrics
+from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
 from ..progress import scrape
@@ -172,6 +172,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             status = _follow(job, obj, namespace, name, effective, policy, pods, status, at)
     status["observedGeneration"] = obj["metadata"].get("generation")
     status.setdefault("phase", "Pending")
+    if status.get("progress") and status.get("progress") != previous.get("progress"):
+        history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
         kube().patch_status(job.kind.kind, namespace, name, status)
         if status["phase"] != previous.get("phase"):

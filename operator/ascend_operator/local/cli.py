@@ -8,6 +8,7 @@
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
     ascend-train delete KIND NAME
     ascend-train logs POD                      the pod's container output
+    ascend-train dashboard [--port 8765]       a web page of the jobs: progress, ETA, loss/lr/tok/s curves
 """
 from __future__ import annotations
 
@@ -245,6 +246,32 @@ def logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def dashboard(args: argparse.Namespace) -> int:
+    """The operator's read-only dashboard, served here from the local cluster's API."""
+    from kubernetes import client, config
+
+    from ..dashboard.server import serve
+
+    kubeconfig = Path(args.root) / "kubeconfig"
+    if not kubeconfig.exists():
+        raise UsageError(f"no local cluster under {args.root}/ (start one with `ascend-train local up`)")
+    configuration = client.Configuration()
+    config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    with client.ApiClient(configuration) as api:
+        try:
+            server = serve(api, args.port, args.address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.address}:{args.port}: {exc.strerror}") from None
+        print(f"dashboard at http://{args.address}:{server.server_address[1]}/ (Ctrl-C stops it)", flush=True)
+        while not stop:
+            time.sleep(0.2)
+        server.shutdown()
+    return 0
+
+
 def _capacity(devices: list[str]) -> dict[str, int]:
     capacity = {}
     for item in devices or []:
@@ -299,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("logs", help="a pod's container output")
     sub.add_argument("pod")
     sub.set_defaults(func=logs)
+    sub = commands.add_parser("dashboard", help="a web page of the jobs with progress and curves",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port)")
+    sub.add_argument("--address", default="127.0.0.1", help="address to listen on")
+    sub.set_defaults(func=dashboard)
     for name in ("apply", "get", "delete", "logs"):
         commands.choices[name].add_argument("-n", "--namespace", default="default", help="namespace")
         commands.choices[name].formatter_class = argparse.ArgumentDefaultsHelpFormatter

@@ -103,6 +103,7 @@ class LocalCluster:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         # A free port for the operator's own metrics, so a second cluster (or a test) on this host never clashes.
         env.setdefault("ASCEND_OPERATOR_METRICS_PORT", str(_free_port()))
+        env.setdefault("ASCEND_OPERATOR_DASHBOARD_PORT", "0")  # `ascend-train dashboard` serves it locally
         env.setdefault("ASCEND_OPERATOR_PROGRESS_INTERVAL", "2")
         self.operator = subprocess.Popen(OPERATOR_COMMAND, env=env, stdout=self._operator_log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
