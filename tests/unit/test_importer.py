@@ -251,3 +251,42 @@ def test_a_script_with_unresolved_shape_data_and_devices_fails_and_names_them(tm
     path = _write(tmp_path, path.read_text().replace("TP=1", "TP=2"))
     assert engine_main(["import-script", str(path), "-o", str(out)]) == 2
     assert "likely because: device count lost: torchrun --nproc-per-node is empty" in capsys.readouterr().err
+
+
+TOOL_SCRIPTS = SCRIPTS / "tools"  # the seeds' conversion and preprocessing commands, as the documents write them
+
+
+@pytest.mark.parametrize("name, kind", [("ckpt_convert_qwen25_7b_hf2mcore.sh", "CheckpointConvert"),
+                                        ("data_convert_qwen25_alpaca.sh", "DatasetPrep"),
+                                        ("data_convert_qwen3_pretrain.sh", "DatasetPrep")])
+def test_tool_scripts_become_their_resources_and_pass_the_server_checks(name, kind):
+    path = TOOL_SCRIPTS / name
+    job = import_script(path.read_text(), str(path))
+    (document,) = job.documents
+    assert document["kind"] == kind and job.gaps == []
+    plural = "checkpointconverts" if kind == "CheckpointConvert" else "datasetpreps"
+    crd = yaml.safe_load(render_all()[f"{plural}.ascendtrain.dev.yaml"])
+    schema = CustomResourceSchema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    prepared = schema.prepare(document)
+    assert _contains(prepared, document) and schema.errors(prepared) == []
+
+
+def test_convert_ckpt_resolves_the_scripts_variables_and_names_what_it_drops():
+    path = TOOL_SCRIPTS / "ckpt_convert_qwen25_7b_hf2mcore.sh"
+    job = import_script(path.read_text(), str(path))
+    convert = job.tools[0]["spec"]["convert"]
+    assert convert["loadDir"] == "/home/fdd/workspace/models/Qwen/Qwen2.5-7B"  # $model_path_hf
+    assert convert["saveDir"] == "/home/fdd/workspace/models/Qwen/Qwen2.5-7B/mcore_tp1_pp1/"  # ${TP}, ${PP}
+    assert (convert["targetTensorParallelSize"], convert["paramsDtype"]) == (1, "bf16")
+    assert any("--add-qkv-bias: no ConvertConfig field takes this flag" in n for n in job.notes)
+
+
+def test_preprocess_data_keeps_the_handler_and_its_keys(tmp_path, capsys):
+    path = TOOL_SCRIPTS / "data_convert_qwen25_alpaca.sh"
+    out = tmp_path / "prep.yaml"
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 0
+    assert "--cache-dir /home/fdd/workspace/tmp: no PrepConfig field takes this flag" in capsys.readouterr().err
+    (document,) = [d for d in yaml.safe_load_all(out.read_text()) if d]
+    prep = document["spec"]["prep"]
+    assert prep["handlerName"] == "AlpacaStyleInstructionHandler" and prep["seqLength"] == 65536
+    assert prep["mapKeys"] == {"prompt": "prompt", "query": "", "response": "response"}

@@ -56,7 +56,7 @@ def render(job: ImportedJob, source: str) -> str:
     if job.paths:
         lines.append("# Paths the job uses; mount them with spec.volumes / spec.volumeMounts:")
         lines += [f"#   {p}" for p in job.paths]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True)
+    return "\n".join(lines) + "\n" + yaml.safe_dump_all(job.documents, sort_keys=False, allow_unicode=True)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -92,8 +92,12 @@ def run(args: argparse.Namespace) -> int:
         _write_atomically(Path(args.output), document)
     else:
         sys.stdout.write(document)
-    spec = job.manifest["spec"]
-    print(f"import-script: {args.script} -> {args.output or 'stdout'}: {job.mapped_count()} training settings, "
-          f"{spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",
-          file=sys.stderr)
+    kinds = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in job.documents)
+    if job.manifest:
+        spec = job.manifest["spec"]
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; {job.mapped_count()} training "
+              f"settings, {spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",
+              file=sys.stderr)
+    else:
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}", file=sys.stderr)
     return 1 if args.strict and job.skipped else 0
