@@ -95,8 +95,13 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
 
 def demo(args: argparse.Namespace) -> int:
     _load_documents(args.file)  # a bad file fails before anything starts
+    running = lifecycle.running_pid(Path(args.root))
+    if running is not None:
+        raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); apply the file to it "
+                         f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
-    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster:
+    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster, \
+            lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
               f"to use kubectl), operator log {cluster.operator_log}")
         resources = cluster.client()
