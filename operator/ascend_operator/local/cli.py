@@ -136,6 +136,9 @@ def demo(args: argparse.Namespace) -> int:
                   + yaml.safe_dump(obj.get("status"), sort_keys=False).rstrip())
         print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
               f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
+        if len(succeeded) < len(current):
+            print(f"objects and files are kept in {cluster.root}/; `ascend-train local demo --fresh -f {args.file}` "
+                  "starts over")
         return 0 if len(succeeded) == len(current) else 1
 
 
