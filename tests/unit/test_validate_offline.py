@@ -65,3 +65,15 @@ def test_a_bad_flag_value_is_blamed_on_the_flag_not_the_file(tmp_path):
     with pytest.raises(ConfigError) as failure:
         build_config(TrainConfig, args, dests, str(config))
     assert str(failure.value).startswith(f"{config}:4: parallel.tensorModelParallelSize:")
+
+
+def test_help_shows_the_models_defaults(capsys):
+    from ascend_engine.cli import main as engine_main
+
+    with pytest.raises(SystemExit):
+        engine_main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[parallel.tensorModelParallelSize] (default: 1)" in text and "[optimizer.lr] (default: 0.001)" in text
+    with pytest.raises(SystemExit):
+        main(["local", "up", "--help"])
+    assert "(default: False)" in capsys.readouterr().out  # --fresh

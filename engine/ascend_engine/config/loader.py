@@ -114,13 +114,28 @@ def _description(model: type[BaseModel], path: tuple[str, ...]) -> str:
     return text.split(". ")[0].rstrip(".") if text else ".".join(path)
 
 
+def _default(model: type[BaseModel], path: tuple[str, ...]) -> str:
+    """`` (default: X)`` for --help, from the model (argparse's own default stays unset, so that only the flags
+    given override a config file); empty for required fields and unset optionals."""
+    field = None
+    for alias in path:
+        field = next(f for n, f in model.model_fields.items() if (f.alias or n) == alias)
+        inner = _unwrap_optional(field.annotation)
+        model = inner if _is_model(inner) else model
+    if field is None or field.is_required() or field.default in (None, [], {}):
+        return ""
+    value = field.default.value if isinstance(field.default, enum.Enum) else field.default
+    return f" (default: {value})".replace("%", "%%")
+
+
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
     """Add one argparse option per flagged field; return dest -> alias path."""
     dests: dict[str, tuple[str, ...]] = {}
     for path, tp, flag in iter_flag_fields(model):
         dest = "cfg__" + "__".join(path)
         kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS,
-                                  "help": f"{flag.help or _description(model, path)} [{'.'.join(path)}]"}
+                                  "help": f"{flag.help or _description(model, path)} [{'.'.join(path)}]"
+                                          f"{_default(model, path)}"}
         if flag.invert:
             kwargs["help"] = f"turn off: {kwargs['help']}"
         origin = get_origin(tp)
