@@ -20,17 +20,21 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "$(VENV) ready: put it on PATH with 'export PATH=$(CURDIR)/$(BIN):\$$PATH' or run 'make shell'"
 
-# Debian packages the tests drive for real: kubectl (tests/operator/test_kubectl.py) and a C compiler (the local
-# pods' network shim). Installed when missing and apt-get can (as root); otherwise those tests skip and say why.
-TOOLS_APT := kubectl gcc libc6-dev
+# Debian packages the tests drive for real: kubectl (tests/operator/test_kubectl.py), chromium (the dashboard's
+# headless test) and a C compiler (the local pods' network shim). Installed when missing and apt-get can (as
+# root); otherwise those tests skip and say why.
 tools:
 	@missing=""; command -v kubectl >/dev/null || missing="$$missing kubectl"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages for the tests:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
-	      || echo "could not install$$missing; the tests that need them will skip"; \
+	    apt-get update -qq; \
+	    for pkg in $$missing; do \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg >/dev/null 2>&1 || \
+	      { [ $$pkg = kubectl ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null 2>&1; } || \
+	      echo "could not install $$pkg; the tests that need it will skip"; done; \
 	  else echo "missing$$missing (not root or no apt-get); the tests that need them will skip"; fi; fi
 
 # A shell with .venv/bin first on PATH, so `ascend-train`, `ascend-engine` and `kubectl` work as typed.
