@@ -14,6 +14,9 @@ same host failed with EADDRINUSE. Two pieces give each pod the isolation a names
 
 Differs from a namespace: ``localhost`` inside a pod is still the host's, so a server a pod bound through the
 wildcard is reached at the pod's IP, not at ``127.0.0.1``. Statically linked programs are not covered by the shim.
+A process outside the local clusters that listens on the wildcard itself (a torchrun started by hand on
+``*:29500``) still takes that port from every pod: the kernel refuses a specific address on a port the
+wildcard holds.
 Without a C compiler the runner logs a warning and pods share the host's ports as before.
 """
 from __future__ import annotations
