@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
     from .config.loader import ConfigError
-    from .telemetry import serve_metrics_from_env
+    from .telemetry import report_failure, serve_metrics_from_env
 
     serve_metrics_from_env()  # one-pod jobs: the operator reads progress from here
 
@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
     except ConfigError as e:
         print(f"ascend-engine {args.command}: invalid config:\n{e}", file=sys.stderr)
+        report_failure("InvalidConfig", str(e))
         return 2
+    except Exception as e:  # the cause reaches the job's status, then the traceback the log as usual
+        report_failure(type(e).__name__, f"{type(e).__name__}: {e}")
+        raise
 
 
 if __name__ == "__main__":

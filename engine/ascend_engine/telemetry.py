@@ -96,6 +96,13 @@ def report_result(result: dict[str, Any]) -> None:
             json.dump(result, f, separators=(",", ":"), default=str)
 
 
+def report_failure(reason: str, message: str) -> None:
+    """The error that ends the command, as its termination message (the operator puts it in the job's
+    conditions); a report written before (a command's own failure summary) stays."""
+    if not _REPORTED:
+        report_result({"status": "Failed", "reason": reason, "message": message[-2000:]})
+
+
 def format_seconds(seconds: float) -> str:
     seconds = int(max(0, seconds))
     h, rem = divmod(seconds, 3600)

@@ -93,6 +93,21 @@ class Kube:
             _retrying(lambda: self.core.patch_namespaced_config_map(body["metadata"]["name"], namespace,
                                                                     {"data": body["data"]}))
 
+    @uses("", "configmaps", "get")
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.plain(_retrying(lambda: self.core.read_namespaced_config_map(name, namespace)))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    @uses("", "configmaps", "list")
+    def list_config_maps(self, labels: str) -> list[dict[str, Any]]:
+        """ConfigMaps in every namespace that match a label selector."""
+        return self.plain(_retrying(lambda: self.core.list_config_map_for_all_namespaces(
+            label_selector=labels)))["items"]
+
     @uses("", "pods", "list")
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in labels.items())

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ascend_engine.telemetry import METRIC_NAMES
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration"}
+SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
 
 
 def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
@@ -23,5 +24,5 @@ def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
         field = METRIC_NAMES.get(family.name)
         if field and family.samples:
             value = family.samples[0].value
-            out[field] = int(value) if field in _INTEGER_FIELDS else round(value, 6)
+            out[field] = int(value) if field in _INTEGER_FIELDS else float(f"{value:.{SIGNIFICANT_DIGITS}g}")
     return out

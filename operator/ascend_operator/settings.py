@@ -10,6 +10,9 @@ PROGRESS_INTERVAL = float(os.environ.get("ASCEND_OPERATOR_PROGRESS_INTERVAL", "5
 # Port of the operator's own Prometheus endpoint (jobs by phase, restarts, reconcile latency); 0 disables it.
 METRICS_PORT = int(os.environ.get("ASCEND_OPERATOR_METRICS_PORT", "9102"))
 
+# Port of the read-only jobs dashboard (page and /api/jobs; see ascend_operator.dashboard); 0 disables it.
+DASHBOARD_PORT = int(os.environ.get("ASCEND_OPERATOR_DASHBOARD_PORT", "8080"))
+
 # Node ports hostNetwork jobs are given, "first-last", in blocks of HOST_PORT_BLOCK (one block per job).
 HOST_PORT_FIRST, HOST_PORT_LAST = (int(p) for p in os.environ.get("ASCEND_OPERATOR_HOST_PORTS",
                                                                   "40000-49999").split("-"))

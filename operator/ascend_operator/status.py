@@ -7,6 +7,7 @@ from typing import Any
 
 from .api.group import LABEL_REPLICA_INDEX
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
+from .failure_cause import failure_cause
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -105,6 +106,8 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
         return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
                                    f"{report.get('checkpoint') or 'not saved'}")
     retryable = policy.is_retryable(code)
+    if cause := failure_cause(term.get("message")):
+        message += f": {cause}"
     if not retryable:
         message += "; permanent (codes 1-127 fail at once unless listed in runPolicy.retryableExitCodes)"
     return retryable, "PodFailed", message

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
     out = read_logs(cluster_root, "default", "job-1")
     assert done.status.phase == "Succeeded", out
     pvc_dir = cluster_root / "pvc" / "default" / "datasets"
-    assert f"MASTER {master.status.pod_ip}" in out and master.status.pod_ip.startswith("127.0.1.")
+    assert f"MASTER {master.status.pod_ip}" in out and master.status.pod_ip.startswith(runner.network.prefix + ".")
     assert done.status.pod_ip != master.status.pod_ip and f"IP {done.status.pod_ip}" in out
     assert "NAME job-1 demo" in out and "MODE fast s3cret hello-job-1-$(UNDEFINED)" in out
     assert f"CONF data={pvc_dir}/train.bin master={master.status.pod_ip}" in out
@@ -94,6 +95,23 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
     terminated = done.status.container_statuses[0].state.terminated
     assert terminated.exit_code == 0 and terminated.reason == "Completed"
     assert done.spec.node_name == "local" and done.status.start_time is not None
+
+
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="no C compiler for the local pods' network shim (Debian: apt-get install -y gcc libc6-dev)")
+def test_pods_listening_on_the_same_wildcard_port_each_get_their_own_ip(runner, core, cluster_root: Path):
+    """As in per-pod network namespaces: two pods bind ``0.0.0.0:<port>`` at once, each ends up on its own IP."""
+    code = ("import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29511)); s.listen();"
+            "print('BOUND', s.getsockname()[0], flush=True); time.sleep(2)")
+    for name in ("listen-a", "listen-b"):
+        core.create_namespaced_pod("default", python_pod(name, code))
+    pods = [wait_for(pod_phase(core, name), lambda p: p.status.phase in ("Succeeded", "Failed"))
+            for name in ("listen-a", "listen-b")]
+    for pod in pods:
+        out = read_logs(cluster_root, "default", pod.metadata.name)
+        assert pod.status.phase == "Succeeded", out
+        assert f"BOUND {pod.status.pod_ip}" in out
+    assert pods[0].status.pod_ip != pods[1].status.pod_ip
 
 
 def test_failure_exit_code_and_on_failure_restarts(runner, core, cluster_root: Path):
@@ -167,8 +185,8 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "bad"},
                                    "spec": {"size": 0}}))
-    for attempt in range(2):  # a second start gets a fresh API and a cleaned root
-        with LocalCluster(root, crds_dir=crds) as cluster:
+    for attempt in range(2):  # each start is fresh here; test_local_state.py covers starts that keep state
+        with LocalCluster(root, crds_dir=crds, fresh=True) as cluster:
             assert cluster.kubeconfig.exists() and (root / ".ascend-local-cluster").exists()
             cli = ["--root", str(root)]
             assert main(cli + ["apply", "-f", str(manifest)]) == 0

@@ -198,11 +198,15 @@ def test_pipeline_waits_for_its_dependencies_then_uses_their_outputs(operator, a
     create(api_client, export, "checkpointconverts")
     wait_for(lambda: len(pods_of(api_client, "prep")) == 1, what="prep pod")
     _succeed_single_pod(api_client, "prep", {"status": "Succeeded", "outputPrefix": "/data/alpaca",
-                                             "datasets": ["/data/alpaca_packed"]})
-    phase_is(api_client, "prep", "Succeeded", "datasetpreps")
+                                             "datasets": ["/data/alpaca_packed"], "records": {"read": 52}})
+    prepped = phase_is(api_client, "prep", "Succeeded", "datasetpreps")
+    # `kubectl get dsp` shows Done/Percent from the engine's report even when no scrape caught it running.
+    assert (prepped["progress"]["done"], prepped["progress"]["percent"]) == (52, 100.0)
     time.sleep(1.5)
     assert pods_of(api_client, "sft") == []  # still waiting for the conversion
-    _succeed_single_pod(api_client, "hf2mg", {"status": "Succeeded"})
+    _succeed_single_pod(api_client, "hf2mg", {"status": "Succeeded", "layers": 2})
+    converted = phase_is(api_client, "hf2mg", "Succeeded", "checkpointconverts")
+    assert (converted["progress"]["done"], converted["progress"]["percent"]) == (2, 100.0)
     wait_for(lambda: len(pods_of(api_client, "sft")) == 2, what="training pods once both succeeded")
     import yaml
     config = yaml.safe_load(client.CoreV1Api(api_client).read_namespaced_config_map("sft-config", "default")

@@ -168,7 +168,7 @@ def test_the_operator_reads_the_metrics_port_the_chart_sets(chart, monkeypatch):
 
 def test_metrics_service_and_monitors(chart):
     docs = render(chart, MONITORS)
-    (service,) = by_kind(docs, "Service")
+    (service,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
     _, container = _operator_container(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] == "metrics" and "metrics" in ports
@@ -184,6 +184,20 @@ def test_metrics_service_and_monitors(chart):
     assert selector["matchExpressions"][0]["key"] == LABEL_JOB_NAME
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] == "$1:9500"
     assert not by_kind(render(chart, {}), "ServiceMonitor")
+
+
+def test_dashboard_service_reaches_the_operators_dashboard_port(chart):
+    docs = render(chart, {})
+    (service,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-dashboard")]
+    _, container = _operator_container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["targetPort"] == "dashboard"
+    assert ports["dashboard"] == 8080 and env["ASCEND_OPERATOR_DASHBOARD_PORT"] == "8080"
+    docs = render(chart, {"dashboard": {"enabled": False}})
+    _, container = _operator_container(docs)
+    assert not [s for s in by_kind(docs, "Service") if s["metadata"]["name"].endswith("-dashboard")]
+    assert {e["name"]: e.get("value") for e in container["env"]}["ASCEND_OPERATOR_DASHBOARD_PORT"] == "0"
 
 
 @pytest.mark.parametrize("values, message", [

@@ -62,6 +62,7 @@ def test_every_seed_script_becomes_a_valid_resource(name):
     AscendTrainJobSpec.model_validate(manifest["spec"])
     assert server_side_errors(manifest) == []
     assert manifest["metadata"]["name"] == Path(name).stem.lower().replace("_", "-")
+    assert job.gaps == []  # model shape, data and device count all resolved from the script's own variables
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -220,3 +221,72 @@ def test_importing_a_script_needs_no_torch():
             f"import_script(open({str(SCRIPTS / FIXTURES[0])!r}).read(), 'x.sh'); "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_a_script_with_unresolved_shape_data_and_devices_fails_and_names_them(tmp_path, capsys):
+    """Variables the script defines resolve; those it only uses (set in a sourced file, say) are named, and a job
+    that would train a default model on synthetic data on one device is not written."""
+    text = ("TP=1\nGPT_ARGS=\"--num-layers $NUM_LAYERS --hidden-size 64 --num-attention-heads 4 "
+            "--tensor-model-parallel-size $TP\"\n"
+            "torchrun --nproc_per_node $NPUS_PER_NODE pretrain_gpt.py $GPT_ARGS --global-batch-size 8\n")
+    path = _write(tmp_path, text)
+    out = tmp_path / "job.yaml"
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "error: variables used but not set in the script: $NUM_LAYERS, $NPUS_PER_NODE" in err
+    assert "error: no model shape: --num-layers not resolved" in err
+    assert "error: no data: --data-path not resolved" in err
+    assert "error: device count lost: torchrun --nproc-per-node is empty" in err
+    assert "note: " in err and "$NUM_LAYERS is not set in the script" in err
+    assert not out.exists()
+    assert engine_main(["import-script", str(path), "-o", str(out), "--allow-incomplete"]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert text.splitlines()[1].startswith("# INCOMPLETE")
+    assert yaml.safe_load(text)["spec"]["train"]["parallel"]["tensorModelParallelSize"] == 1  # $TP resolved
+    assert engine_main(["import-script", str(path), "-o", str(out), "--set", "NUM_LAYERS=2", "--set",
+                        "NPUS_PER_NODE=2", "--allow-incomplete"]) == 0
+    assert "$NUM_LAYERS" not in capsys.readouterr().err
+    # With TP=2 the lost device count makes the spec invalid; the error says which variable is to blame.
+    path = _write(tmp_path, path.read_text().replace("TP=1", "TP=2"))
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 2
+    assert "likely because: device count lost: torchrun --nproc-per-node is empty" in capsys.readouterr().err
+
+
+TOOL_SCRIPTS = SCRIPTS / "tools"  # the seeds' conversion and preprocessing commands, as the documents write them
+
+
+@pytest.mark.parametrize("name, kind", [("ckpt_convert_qwen25_7b_hf2mcore.sh", "CheckpointConvert"),
+                                        ("data_convert_qwen25_alpaca.sh", "DatasetPrep"),
+                                        ("data_convert_qwen3_pretrain.sh", "DatasetPrep")])
+def test_tool_scripts_become_their_resources_and_pass_the_server_checks(name, kind):
+    path = TOOL_SCRIPTS / name
+    job = import_script(path.read_text(), str(path))
+    (document,) = job.documents
+    assert document["kind"] == kind and job.gaps == []
+    plural = "checkpointconverts" if kind == "CheckpointConvert" else "datasetpreps"
+    crd = yaml.safe_load(render_all()[f"{plural}.ascendtrain.dev.yaml"])
+    schema = CustomResourceSchema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    prepared = schema.prepare(document)
+    assert _contains(prepared, document) and schema.errors(prepared) == []
+
+
+def test_convert_ckpt_resolves_the_scripts_variables_and_names_what_it_drops():
+    path = TOOL_SCRIPTS / "ckpt_convert_qwen25_7b_hf2mcore.sh"
+    job = import_script(path.read_text(), str(path))
+    convert = job.tools[0]["spec"]["convert"]
+    assert convert["loadDir"] == "/home/fdd/workspace/models/Qwen/Qwen2.5-7B"  # $model_path_hf
+    assert convert["saveDir"] == "/home/fdd/workspace/models/Qwen/Qwen2.5-7B/mcore_tp1_pp1/"  # ${TP}, ${PP}
+    assert (convert["targetTensorParallelSize"], convert["paramsDtype"]) == (1, "bf16")
+    assert any("--add-qkv-bias: no ConvertConfig field takes this flag" in n for n in job.notes)
+
+
+def test_preprocess_data_keeps_the_handler_and_its_keys(tmp_path, capsys):
+    path = TOOL_SCRIPTS / "data_convert_qwen25_alpaca.sh"
+    out = tmp_path / "prep.yaml"
+    assert engine_main(["import-script", str(path), "-o", str(out)]) == 0
+    assert "--cache-dir /home/fdd/workspace/tmp: no PrepConfig field takes this flag" in capsys.readouterr().err
+    (document,) = [d for d in yaml.safe_load_all(out.read_text()) if d]
+    prep = document["spec"]["prep"]
+    assert prep["handlerName"] == "AlpacaStyleInstructionHandler" and prep["seqLength"] == 65536
+    assert prep["mapKeys"] == {"prompt": "prompt", "query": "", "response": "response"}

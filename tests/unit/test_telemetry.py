@@ -19,4 +19,7 @@ def test_operator_reads_only_what_the_engine_has_reported():
     assert scrape(url) == {}  # no "loss 0 at iteration 0" before training reports
     metrics.set(iteration=7, trainIters=30, loss=2.25, tokensPerSecond=1234.5, lastCheckpointIteration=None)
     assert scrape(url) == {"iteration": 7, "trainIters": 30, "loss": 2.25, "tokensPerSecond": 1234.5}
+    metrics.set(loss=2.302585092994046, learningRate=0.00029999999)  # rounded for the status people read
+    figures = scrape(url)
+    assert (figures["loss"], figures["learningRate"]) == (2.3026, 0.0003)
     assert scrape(f"http://127.0.0.1:{_free_port()}/metrics") is None  # nobody there: no figures, no error

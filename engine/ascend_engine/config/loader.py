@@ -57,18 +57,20 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple, int]]:
 
 
 def format_validation_error(err: ValidationError, source: str, lines: dict[tuple, int] | None = None,
-                            prefix: tuple = ()) -> str:
-    """One line per problem: ``job.yaml:12: parallel.tensorModelParallelSize: Input should be ...``."""
+                            prefix: tuple = (), flags: dict[tuple, str] | None = None) -> str:
+    """One line per problem: ``job.yaml:12: parallel.tensorModelParallelSize: Input should be ...``; a value
+    given by a flag (``flags``: model path -> flag name) is blamed on the flag, not on the file."""
     lines = lines or {}
     out = []
     for e in err.errors():
+        flag = next((name for path, name in (flags or {}).items() if tuple(e["loc"])[:len(path)] == path), None)
         loc = tuple(prefix) + tuple(e["loc"])
         line = None
         for n in range(len(loc), -1, -1):  # the deepest key that exists in the file
             if loc[:n] in lines:
                 line = lines[loc[:n]]
                 break
-        where = f"{source}:{line}" if line else source
+        where = f"command line {flag}" if flag else f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(root)"
         out.append(f"{where}: {field}: {e['msg']}")
     return "\n".join(out)
@@ -112,13 +114,28 @@ def _description(model: type[BaseModel], path: tuple[str, ...]) -> str:
     return text.split(". ")[0].rstrip(".") if text else ".".join(path)
 
 
+def _default(model: type[BaseModel], path: tuple[str, ...]) -> str:
+    """`` (default: X)`` for --help, from the model (argparse's own default stays unset, so that only the flags
+    given override a config file); empty for required fields and unset optionals."""
+    field = None
+    for alias in path:
+        field = next(f for n, f in model.model_fields.items() if (f.alias or n) == alias)
+        inner = _unwrap_optional(field.annotation)
+        model = inner if _is_model(inner) else model
+    if field is None or field.is_required() or field.default in (None, [], {}):
+        return ""
+    value = field.default.value if isinstance(field.default, enum.Enum) else field.default
+    return f" (default: {value})".replace("%", "%%")
+
+
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
     """Add one argparse option per flagged field; return dest -> alias path."""
     dests: dict[str, tuple[str, ...]] = {}
     for path, tp, flag in iter_flag_fields(model):
         dest = "cfg__" + "__".join(path)
         kwargs: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS,
-                                  "help": f"{flag.help or _description(model, path)} [{'.'.join(path)}]"}
+                                  "help": f"{flag.help or _description(model, path)} [{'.'.join(path)}]"
+                                          f"{_default(model, path)}"}
         if flag.invert:
             kwargs["help"] = f"turn off: {kwargs['help']}"
         origin = get_origin(tp)
@@ -164,11 +181,13 @@ def build_config(model: type[M], args: argparse.Namespace, dests: dict[str, tupl
                 raise ConfigError(f"{config_path}: {data['kind']} has no spec.{section}")
             prefix = ("spec", section)
             data = spec[section] or {}
+    flag_names = {path: flag.names[0] for path, _, flag in iter_flag_fields(model)}
+    given: dict[tuple, str] = {}
     for dest, path in dests.items():
         if hasattr(args, dest):
             _set_path(data, path, getattr(args, dest))
+            given[path] = flag_names.get(path, dest)
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        # Flags given on the command line have no line; their loc still names the field.
-        raise ConfigError(format_validation_error(e, source, lines, prefix)) from None
+        raise ConfigError(format_validation_error(e, source, lines, prefix, given)) from None

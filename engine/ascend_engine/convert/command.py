@@ -197,7 +197,8 @@ def convert(cfg: ConvertConfig) -> dict:
             f"{totals.bytes / 1e6:.1f} MB, {totals.bytes / 1e6 / max(seconds, 1e-9):.1f} MB/s")
     progress.summary(line)
     report = {"status": "Succeeded", "saveDir": cfg.saveDir, "format": cfg.saveModelType,
-              "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2)}
+              "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2),
+              "layers": target.numLayers}
     if cfg.saveModelType == "mg":
         report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts))
     return report

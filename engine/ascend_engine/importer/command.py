@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="preset", action="append", default=[], metavar="VAR=VALUE",
                         help="override a script variable before evaluation, e.g. --set NNODES=2 (repeatable)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when any flag could not be imported")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="write the manifest even when it would not train what the script trains "
+                             "(unresolved model shape, data or device count; unset variables)")
 
 
 def _preset(pairs: list[str]) -> dict[str, str]:
@@ -41,6 +44,9 @@ def _preset(pairs: list[str]) -> dict[str, str]:
 
 def render(job: ImportedJob, source: str) -> str:
     lines = [f"# Imported from {source} by `ascend-engine import-script`."]
+    if job.gaps:
+        lines.append("# INCOMPLETE (written with --allow-incomplete): this job would not train what the script trains:")
+        lines += [f"#   {g}" for g in job.gaps]
     if job.skipped:
         lines.append(f"# Flags not imported ({len(job.skipped)}):")
         lines += [f"#   {s}" for s in job.skipped]
@@ -50,7 +56,7 @@ def render(job: ImportedJob, source: str) -> str:
     if job.paths:
         lines.append("# Paths the job uses; mount them with spec.volumes / spec.volumeMounts:")
         lines += [f"#   {p}" for p in job.paths]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(job.manifest, sort_keys=False, allow_unicode=True)
+    return "\n".join(lines) + "\n" + yaml.safe_dump_all(job.documents, sort_keys=False, allow_unicode=True)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -71,15 +77,27 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.script}: cannot read script: {e.strerror}") from None
     job = import_script(text, args.script, image=args.image, name=args.name, namespace=args.namespace,
                         preset=_preset(args.preset))
+    for s in job.skipped:
+        print(f"not imported: {s}", file=sys.stderr)
+    for note in job.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for gap in job.gaps:
+        print(f"error: {gap}", file=sys.stderr)
+    if job.gaps and not args.allow_incomplete:
+        print(f"import-script: {args.script}: the job would not train what the script trains; nothing written "
+              "(--allow-incomplete writes it anyway)", file=sys.stderr)
+        return 1
     document = render(job, args.script)
     if args.output:
         _write_atomically(Path(args.output), document)
     else:
         sys.stdout.write(document)
-    for s in job.skipped:
-        print(f"not imported: {s}", file=sys.stderr)
-    spec = job.manifest["spec"]
-    print(f"import-script: {args.script} -> {args.output or 'stdout'}: {job.mapped_count()} training settings, "
-          f"{spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",
-          file=sys.stderr)
+    kinds = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in job.documents)
+    if job.manifest:
+        spec = job.manifest["spec"]
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; {job.mapped_count()} training "
+              f"settings, {spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",
+              file=sys.stderr)
+    else:
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}", file=sys.stderr)
     return 1 if args.strict and job.skipped else 0

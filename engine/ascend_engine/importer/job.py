@@ -10,8 +10,10 @@ from pydantic import ValidationError
 
 from ..config.loader import ConfigError, format_validation_error
 from ..config.train import TrainConfig
+from .fidelity import gaps
 from .launch import find_launch
 from .shell import Script, ScriptError, read_script
+from .tools import import_tool, tool_of
 from .train_flags import Skipped, map_flags
 
 # Environment the operator sets on every pod from the spec: a script's values would be wrong in a cluster.
@@ -29,6 +31,13 @@ class ImportedJob:
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # commands and variables not carried over, and why
     paths: list[str] = field(default_factory=list)  # absolute paths the job reads or writes: mount them
+    gaps: list[str] = field(default_factory=list)  # why the job would not train what the script trains
+    tools: list[dict[str, Any]] = field(default_factory=list)  # DatasetPrep / CheckpointConvert, in script order
+
+    @property
+    def documents(self) -> list[dict[str, Any]]:
+        """Everything to apply, in the script's order: tools first (they run before training), then the job."""
+        return self.tools + ([self.manifest] if self.manifest else [])
 
     def mapped_count(self) -> int:
         return _count_leaves(self.manifest["spec"]["train"])
@@ -111,10 +120,30 @@ def import_script(text: str, source: str, *, image: str = _DEFAULT_IMAGE, name: 
 
     try:
         script = read_script(text, preset)
-        launch, other_launches = find_launch(script)
-        nproc, nnodes, notes = _launch_shape(launch.launcher, launch.line)
     except ScriptError as e:
         raise ConfigError(f"{source}: {e}") from None
+    base = name or job_name(source)
+    tool_commands = [c for c in script.commands if tool_of(c)]
+    tools, tool_skipped = [], []
+    for index, command in enumerate(tool_commands):
+        kind = tool_of(command)[0]
+        suffix = ("prep" if kind == "DatasetPrep" else "convert") + (f"-{index}" if len(tool_commands) > 1 else "")
+        resource, skipped = import_tool(command, source, f"{base[:50]}-{suffix}", image)
+        if namespace:
+            resource["metadata"]["namespace"] = namespace
+        tools.append(resource)
+        tool_skipped += [f"{source}:{command.line}: {s}" for s in skipped]
+    try:
+        launch, other_launches = find_launch(script, skip=lambda c: tool_of(c) is not None)
+        nproc, nnodes, notes = _launch_shape(launch.launcher, launch.line)
+    except ScriptError as e:
+        if tools and "no training launch found" in str(e):  # a conversion or preprocessing script
+            notes = [f"{source}: {w}" for w in script.warnings] + tool_skipped
+            return ImportedJob({}, notes=notes, tools=tools,
+                               gaps=[f"variables used but not set in the script: {', '.join('$' + v for v in script.unset)}"
+                                     " (give them with --set VAR=VALUE)"] if script.unset else [])
+        raise ConfigError(f"{source}: {e}") from None
+    notes += tool_skipped
     notes += [f"{source}:{c.line}: another launch ({' '.join(c.words[:3])} ...) not imported"
               for c in other_launches]
     if launch.stray:
@@ -138,12 +167,14 @@ def import_script(text: str, source: str, *, image: str = _DEFAULT_IMAGE, name: 
     if env:
         spec["env"] = env
     spec["train"] = train.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    lost = gaps(spec["train"], launch.launcher, list(script.unset))
     try:
         AscendTrainJobSpec.model_validate(spec)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, f"{source}:{launch.line}", prefix=("spec",))) from None
-    metadata: dict[str, Any] = {"name": name or job_name(source)}
+        because = "".join(f"\n  likely because: {g}" for g in lost)  # an unresolved variable, not the script
+        raise ConfigError(format_validation_error(e, f"{source}:{launch.line}", prefix=("spec",)) + because) from None
+    metadata: dict[str, Any] = {"name": base}
     if namespace:
         metadata["namespace"] = namespace
     manifest = {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.kind, "metadata": metadata, "spec": spec}
-    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped))
+    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped), lost, tools)

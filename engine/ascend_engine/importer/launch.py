@@ -7,6 +7,7 @@ Recognised launchers: ``torchrun``, ``python -m torch.distributed.run|launch``, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .shell import Command, Script, ScriptError
@@ -55,9 +56,10 @@ def _launcher_end(words: list[str]) -> int | None:
     return None
 
 
-def find_launch(script: Script) -> tuple[Launch, list[Command]]:
-    """The first launch command, and the other launch commands (reported, not imported)."""
-    launches = [c for c in script.commands if _launcher_end(c.words) is not None]
+def find_launch(script: Script, skip: Callable[[Command], bool] = lambda c: False) -> tuple[Launch, list[Command]]:
+    """The first launch command, and the other launch commands (reported, not imported); ``skip``: commands
+    that look like a launch but are not training (``python convert_ckpt.py``)."""
+    launches = [c for c in script.commands if _launcher_end(c.words) is not None and not skip(c)]
     if not launches:
         raise ScriptError("no training launch found (torchrun, python -m torch.distributed.run, "
                           "or python pretrain_gpt.py)")

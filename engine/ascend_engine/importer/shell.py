@@ -35,6 +35,7 @@ class Script:
     exported: list[str] = field(default_factory=list)
     commands: list[Command] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unset: dict[str, int] = field(default_factory=dict)  # variables used but never set -> first line
 
 
 _ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -135,6 +136,7 @@ class _Reader:
         if value is None or (default is not None and value == ""):
             if default is None:
                 self.script.warnings.append(f"line {self.line}: ${name} is not set in the script; left empty")
+                self.script.unset.setdefault(name, self.line)
                 return ""
             return default
         return value

@@ -25,7 +25,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import metrics
+from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
 from ..progress import scrape
@@ -50,6 +50,8 @@ class JobKind:
     # (job object, resolved spec, status) -> (spec to render, status fields to add): e.g. host ports.
     prepare: Callable[[dict[str, Any], Any, dict[str, Any]], tuple[Any, dict[str, Any]]] = \
         lambda obj, spec, status: (spec, {})
+    # The engine's final report -> status.progress fields once Succeeded (a short job may end between scrapes).
+    final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -176,6 +178,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             status = _follow(job, obj, namespace, name, effective, policy, pods, status, at)
     status["observedGeneration"] = obj["metadata"].get("generation")
     status.setdefault("phase", "Pending")
+    if status.get("progress") and status.get("progress") != previous.get("progress"):
+        history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
         kube().patch_status(job.kind.kind, namespace, name, status)
         if status["phase"] != previous.get("phase"):
@@ -231,6 +235,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
         elif result:
             new[job.result_field] = result
+        if final := job.final_progress(result or {}):
+            new["progress"] = {**new.get("progress", {}), **final, "lastUpdateTime": now()}
     if new["phase"] in TERMINAL:
         cleaned = _delete_pods(namespace, policy.pods_to_clean(live(pods)))
         if cleaned:

@@ -7,7 +7,9 @@ import kopf
 
 from .. import metrics
 from ..api.group import API_GROUP
-from ..settings import METRICS_PORT
+from ..dashboard.server import serve as serve_dashboard
+from .common import kube
+from ..settings import DASHBOARD_PORT, METRICS_PORT
 from .lifecycle import sweep_forever
 
 _sweep: dict[str, object] = {}
@@ -23,6 +25,8 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.posting.level = 20  # INFO and above become Kubernetes events
     settings.execution.max_workers = 16
     metrics.serve(METRICS_PORT)
+    if DASHBOARD_PORT:
+        serve_dashboard(kube().api, DASHBOARD_PORT)
     stop = asyncio.Event()
     # Created here so that the sweep's worker threads inherit kopf's context (events can be posted from them).
     _sweep.update(stop=stop, task=asyncio.create_task(sweep_forever(stop)))

@@ -6,6 +6,11 @@ from .lifecycle import JobKind, register
 
 _WORK_PROGRESS = {"iteration": "done", "trainIters": "total", "percent": "percent", "etaSeconds": "etaSeconds"}
 
+
+def _finished(done: int | None) -> dict:
+    """Done/Percent once the engine reports success: its own count of the units it worked through."""
+    return {"percent": 100.0, "etaSeconds": 0} | ({"done": done, "total": done} if done is not None else {})
+
 register(JobKind(
     kind=DATASET_PREP,
     spec_model=DatasetPrepSpec,
@@ -14,6 +19,7 @@ register(JobKind(
     metrics_port=lambda spec: spec.metricsPort,
     progress_fields=_WORK_PROGRESS,
     result_field="outputs",
+    final_progress=lambda result: _finished((result.get("records") or {}).get("read")),  # records
 ))
 
 register(JobKind(
@@ -25,4 +31,5 @@ register(JobKind(
     metrics_port=lambda spec: spec.metricsPort,
     progress_fields=_WORK_PROGRESS,
     result_field="outputs",
+    final_progress=lambda result: _finished(result.get("layers")),  # layers, as the converter counts them
 ))

@@ -24,6 +24,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp.web
@@ -33,11 +34,13 @@ from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
 from . import field_validation
+from . import dry_run, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from .patches import PatchError, json_patch, merge_patch
 from .pod_validation import pod_spec_errors
+from .pod_logs import serve_log
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
 
 logger = logging.getLogger(__name__)
@@ -130,6 +133,8 @@ class LocalKubernetesApi(KubernetesEmulator):
     _log_floor: int = attrs.field(default=0, init=False)
     _wake: asyncio.Event | None = attrs.field(default=None, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    # Where the node keeps a pod's container log (the kubelet's side of pods/log); None: no node serves logs.
+    pod_log_file: Callable[[str, str], Path] | None = attrs.field(default=None)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -176,13 +181,25 @@ class LocalKubernetesApi(KubernetesEmulator):
 
     async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         target = parse_target(raw.path)
+        if raw.path.startswith(openapi.PREFIX) and raw.method.upper() == "GET":
+            doc = openapi.serve(raw.path, list(self._types.values()))
+            if doc is None:
+                return ApiError(404, "NotFound", "the server could not find the requested resource").response()
+            return aiohttp.web.json_response(doc)
         if target is None:  # discovery and /version: kmock serves them
             if len(raw.path) > 1 and raw.path.endswith("/"):
                 raw = raw.clone(rel_url=raw.rel_url.with_path(raw.path.rstrip("/")))
             return await super().__call__(raw)
         try:
             fields = field_validation.begin(raw.query if raw.method in ("POST", "PUT", "PATCH") else {})
-            response = await self._dispatch(raw, target)
+            if "dryRun" in raw.query and raw.method.upper() in ("POST", "PUT", "PATCH", "DELETE"):
+                if error := dry_run.check(raw.query.getall("dryRun")):
+                    raise ApiError(400, "BadRequest", error)
+                await raw.read()  # cached: the write below then runs without yielding to other requests
+                with dry_run.rolled_back(self):
+                    response = await self._dispatch(raw, target)
+            else:
+                response = await self._dispatch(raw, target)
             for warning in fields.warnings:
                 response.headers.add("Warning", warning)
             return response
@@ -236,7 +253,11 @@ class LocalKubernetesApi(KubernetesEmulator):
             if watching:
                 return await self._watch(raw, rt, ns, query)
             if method == "GET":
-                return aiohttp.web.json_response(self._list(rt, ns, query))
+                listed = self._list(rt, ns, query)
+                if tables.wants_table(raw.headers.get("Accept", "")):
+                    return aiohttp.web.json_response(tables.table(
+                        rt, listed["items"], listed["metadata"]["resourceVersion"], query.get("includeObject", "")))
+                return aiohttp.web.json_response(listed)
             if method == "POST":
                 return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
             if method == "DELETE":
@@ -249,12 +270,18 @@ class LocalKubernetesApi(KubernetesEmulator):
         sub = target.subresource
         if sub == "binding" and rt.plural == "pods" and method == "POST":
             return aiohttp.web.json_response(self._bind(rt, key, await self._body(raw)), status=201)
+        if sub == "log" and rt.plural == "pods" and not rt.group and method == "GET":
+            return await self._pod_log(raw, rt, key)
         if sub not in (None, "status") or (sub == "status" and not rt.status_subresource):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if watching:
             query = {**query, "fieldSelector": f"metadata.name={target.name}"}
             return await self._watch(raw, rt, ns, query)
         if method == "GET":
+            if tables.wants_table(raw.headers.get("Accept", "")):
+                obj = self._get(rt, key)
+                return aiohttp.web.json_response(tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                                                              query.get("includeObject", "")))
             return aiohttp.web.json_response(self._get(rt, key))
         if method == "PUT":
             return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw), sub))
@@ -264,6 +291,16 @@ class LocalKubernetesApi(KubernetesEmulator):
         if method == "DELETE":
             return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw)))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}")
+
+    async def _pod_log(self, raw: aiohttp.web.BaseRequest, rt: ResourceType,
+                       key: ObjectKey) -> aiohttp.web.StreamResponse:
+        pod = self._get(rt, key)
+        if self.pod_log_file is None or not (pod.get("spec") or {}).get("nodeName"):
+            raise ApiError(400, "BadRequest", f'pod {key[2]} does not have a host assigned')
+        try:
+            return await serve_log(raw, pod, self.pod_log_file(key[1] or "", key[2]), lambda: self._store.get(key))
+        except (LookupError, FileNotFoundError) as exc:
+            raise ApiError(400, "BadRequest", str(exc).strip('"')) from None
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -694,8 +731,12 @@ class LocalApiServer:
     Plain HTTP without authentication: it listens on loopback only. Any bearer token is accepted.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 pod_log_file: Callable[[str, str], Path] | None = None, state_file: Path | None = None):
+        """``state_file``: where the objects are kept across restarts (see ``persistence``); None keeps nothing."""
         self.host, self._requested_port = host, port
+        self._state_file = state_file
+        self._pod_log_file = pod_log_file
         self.port: int | None = None
         self.api: LocalKubernetesApi | None = None
         self._thread: threading.Thread | None = None
@@ -732,7 +773,9 @@ class LocalApiServer:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        self.api = LocalKubernetesApi()
+        self.api = LocalKubernetesApi(pod_log_file=self._pod_log_file)
+        if self._state_file is not None:
+            persistence.load(self.api, self._state_file)
         async with self.api:
             runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api), shutdown_timeout=2.0)
             await runner.setup()
@@ -742,6 +785,8 @@ class LocalApiServer:
             self._ready.set()
             await self._stop.wait()
             self.api.close_watches()
+            if self._state_file is not None:
+                persistence.save(self.api, self._state_file)
             await runner.cleanup()
 
     def stop(self) -> None:

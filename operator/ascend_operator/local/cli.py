@@ -1,11 +1,14 @@
 """``ascend-train``: run the embedded local cluster and talk to it.
 
-    ascend-train local up                      API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local up [--fresh]            API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local down                    stop the `local up` running on --root (from another shell)
     ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
-    ascend-train apply -f FILE                 create or update every document of FILE
+    ascend-train apply -f FILE [--dry-run]     create or update every document of FILE (--dry-run: validate only)
+    ascend-train validate -f FILE              check FILE offline: every error, as file:line: field: message
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
     ascend-train delete KIND NAME
     ascend-train logs POD                      the pod's container output
+    ascend-train dashboard [--port 8765]       a web page of the jobs: progress, ETA, loss/lr/tok/s curves
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Any
 import urllib3
 import yaml
 
+from . import lifecycle
 from .cluster import LocalCluster
 from .printing import table
 from .resource_client import ApiRequestError, ApiResource, ResourceClient
@@ -92,8 +96,13 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
 
 def demo(args: argparse.Namespace) -> int:
     _load_documents(args.file)  # a bad file fails before anything starts
+    running = lifecycle.running_pid(Path(args.root))
+    if running is not None:
+        raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); apply the file to it "
+                         f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
-    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device)) as cluster:
+    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster, \
+            lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
               f"to use kubectl), operator log {cluster.operator_log}")
         resources = cluster.client()
@@ -128,31 +137,69 @@ def demo(args: argparse.Namespace) -> int:
                   + yaml.safe_dump(obj.get("status"), sort_keys=False).rstrip())
         print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
               f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
+        if len(succeeded) < len(current):
+            print(f"objects and files are kept in {cluster.root}/; `ascend-train local demo --fresh -f {args.file}` "
+                  "starts over")
         return 0 if len(succeeded) == len(current) else 1
 
 
 def up(args: argparse.Namespace) -> int:
-    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device)) as cluster:
-        print(f"local cluster up at {cluster.api_server.url}\n"
+    running = lifecycle.running_pid(Path(args.root))
+    if running is not None:
+        raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); "
+                         "`ascend-train local down` stops it")
+    stop: list[int] = []
+    # SIGINT too: a backgrounded `local up &` starts with SIGINT ignored, so Python's Ctrl-C handling is off.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device),
+                      fresh=args.fresh) as cluster, lifecycle.pid_file(cluster.root):
+        print(f"local cluster up at {cluster.api_server.url} ({'fresh' if args.fresh else 'state kept'} "
+              f"in {cluster.root}/)\n"
               f"  kubeconfig: {cluster.kubeconfig}\n"
               f"  try:        export KUBECONFIG={cluster.kubeconfig}; kubectl get atj,pods\n"
               f"  or:         ascend-train apply -f examples/quickstart.yaml; ascend-train get atj\n"
-              f"Ctrl-C stops it.", flush=True)
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-        try:
-            while not stop:
-                if cluster.operator is not None and cluster.operator.poll() is not None:
-                    raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
-                                     f"see {cluster.operator_log}")
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        print("stopping the local cluster")
+              f"Ctrl-C or `ascend-train local down` stops it; `local up --fresh` starts over.", flush=True)
+        while not stop:
+            if cluster.operator is not None and cluster.operator.poll() is not None:
+                raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
+                                 f"see {cluster.operator_log}")
+            time.sleep(0.2)
+        print("stopping the local cluster (objects and files are kept)", flush=True)
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    pid = lifecycle.stop(Path(args.root))
+    if pid is None:
+        raise UsageError(f"no local cluster runs on {args.root}/")
+    print(f"stopped the local cluster on {args.root}/ (pid {pid})")
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Offline: the CRD schemas (with CEL rules) and the spec models, every problem of every document at once."""
+    from ..validation import validate_text
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    docs, problems = validate_text(text, args.file)
+    for problem in sorted(problems, key=lambda p: (p.line or 0, p.field)):
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    for doc in docs:
+        suffix = " (dry run)" if getattr(args, "dry_run", False) else ""
+        print(f"{str(doc['kind']).lower()}/{doc['metadata']['name']} valid{suffix}")
     return 0
 
 
 def apply(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return validate(args)
     resources = _client(args.root)
     try:
         apply_file(resources, args.file, args.namespace, args.validate.capitalize())
@@ -179,6 +226,11 @@ def get(args: argparse.Namespace) -> int:
                        {"name": "Restarts", "jsonPath": ".status.containerStatuses[0].restartCount"},
                        {"name": "IP", "jsonPath": ".status.podIP"}]
         print(table(objects, columns, with_namespace=args.all_namespaces and r.namespaced))
+        for obj in objects:  # why a job failed, without reading its status YAML or pod logs
+            failed = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                           if c.get("type") == "Failed" and c.get("status") == "True"), None)
+            if failed:
+                print(f"{obj['metadata']['name']} failed: {failed.get('message') or failed.get('reason')}")
     finally:
         resources.close()
     return 0
@@ -203,6 +255,32 @@ def logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def dashboard(args: argparse.Namespace) -> int:
+    """The operator's read-only dashboard, served here from the local cluster's API."""
+    from kubernetes import client, config
+
+    from ..dashboard.server import serve
+
+    kubeconfig = Path(args.root) / "kubeconfig"
+    if not kubeconfig.exists():
+        raise UsageError(f"no local cluster under {args.root}/ (start one with `ascend-train local up`)")
+    configuration = client.Configuration()
+    config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    with client.ApiClient(configuration) as api:
+        try:
+            server = serve(api, args.port, args.address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.address}:{args.port}: {exc.strerror}") from None
+        print(f"dashboard at http://{args.address}:{server.server_address[1]}/ (Ctrl-C stops it)", flush=True)
+        while not stop:
+            time.sleep(0.2)
+        server.shutdown()
+    return 0
+
+
 def _capacity(devices: list[str]) -> dict[str, int]:
     capacity = {}
     for item in devices or []:
@@ -216,27 +294,37 @@ def _capacity(devices: list[str]) -> dict[str, int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-train", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", default=".local-cluster", help="local cluster directory (default: %(default)s)")
+    parser.add_argument("--root", default=".local-cluster",
+                        help="local cluster directory: kubeconfig, objects, pod logs, claims (default: %(default)s)")
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
         dest="local_command", required=True)
+    local.add_parser("down", help="stop the `local up` running on --root").set_defaults(func=down)
     for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
                              ("demo", demo, "up, apply a file and follow its jobs to the end")):
-        sub = local.add_parser(name, help=text)
+        sub = local.add_parser(name, help=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         sub.add_argument("--device", action="append", default=[], metavar="NAME=COUNT",
                          help="extended resources the local node offers, e.g. huawei.com/Ascend910=8")
+        sub.add_argument("--fresh", action="store_true",
+                         help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
         sub.set_defaults(func=func)
         if name == "up":
             sub.add_argument("--no-operator", action="store_true", help="API and pod runner only")
         else:
             sub.add_argument("--file", "-f", required=True, help="YAML with one or more documents")
-            sub.add_argument("--timeout", type=float, default=900.0, help="seconds (default: %(default)s)")
-            sub.add_argument("--namespace", "-n", default="default")
+            sub.add_argument("--timeout", type=float, default=900.0, help="seconds")
+            sub.add_argument("--namespace", "-n", default="default", help="namespace of documents without one")
     sub = commands.add_parser("apply", help="create or update every document of a file")
-    sub.add_argument("-f", "--file", required=True)
+    sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
+    sub.add_argument("--dry-run", action="store_true",
+                     help="validate offline (schemas, CEL rules, models) and change nothing; no cluster needed")
     sub.add_argument("--validate", choices=("strict", "warn", "ignore"), default="strict",
                      help="the server's fieldValidation for unknown fields, as kubectl's (default: %(default)s)")
     sub.set_defaults(func=apply)
+    sub = commands.add_parser("validate", help="check a file offline: every error with file:line: field",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
+    sub.set_defaults(func=validate)
     sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
     sub.add_argument("kind")
     sub.add_argument("name", nargs="?")
@@ -249,8 +337,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("logs", help="a pod's container output")
     sub.add_argument("pod")
     sub.set_defaults(func=logs)
+    sub = commands.add_parser("dashboard", help="a web page of the jobs with progress and curves",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port)")
+    sub.add_argument("--address", default="127.0.0.1", help="address to listen on")
+    sub.set_defaults(func=dashboard)
     for name in ("apply", "get", "delete", "logs"):
-        commands.choices[name].add_argument("-n", "--namespace", default="default")
+        commands.choices[name].add_argument("-n", "--namespace", default="default", help="namespace")
+        commands.choices[name].formatter_class = argparse.ArgumentDefaultsHelpFormatter
     return parser
 
 

@@ -1,8 +1,9 @@
 """``LocalCluster``: the loopback API server, the pod runner and (optionally) the operator, together.
 
 The cluster root (default ``.local-cluster/`` in the current directory) holds the kubeconfig, pod directories
-and logs, PVC directories and ``operator.log``. Every start is a fresh cluster: the API keeps nothing between
-runs, so the root is cleaned too (only a root this class created, recognised by its marker file).
+and logs, PVC directories (checkpoints, datasets), ``operator.log`` and ``api-objects.json`` (the API's objects,
+saved on a clean stop). A start keeps all of it, so jobs, their status and their checkpoints survive a restart;
+``fresh=True`` (``--fresh``) wipes the root first (only a root this class created, recognised by its marker file).
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import yaml
 
 from .apiserver import LocalApiServer
 from .resource_client import ResourceClient
-from .runner import MAX_LOCAL_GRACE_S, PodRunner
+from .runner import MAX_LOCAL_GRACE_S, PodRunner, pod_log_path
 
 MARKER = ".ascend-local-cluster"
+STATE_FILE = "api-objects.json"
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
 OPERATOR_COMMAND = [sys.executable, "-m", "ascend_operator.main", "run", "--all-namespaces", "--standalone"]
 
@@ -34,12 +36,15 @@ def _free_port() -> int:
 
 class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
-                 operator: bool = False, capacity: dict[str, int] | None = None, port: int = 0):
+                 operator: bool = False, capacity: dict[str, int] | None = None, port: int = 0,
+                 fresh: bool = False):
         self.root = Path(root).resolve()
+        self.fresh = fresh
         self.crds_dir = Path(crds_dir) if crds_dir else None
         self.with_operator = operator
         self.capacity = capacity
-        self.api_server = LocalApiServer(port=port)
+        self.api_server = LocalApiServer(port=port, pod_log_file=lambda ns, name: pod_log_path(self.root, ns, name),
+                                         state_file=self.root / STATE_FILE)
         self.runner: PodRunner | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self._operator_log: IO[bytes] | None = None
@@ -57,9 +62,10 @@ class LocalCluster:
             if not (self.root / MARKER).exists():
                 raise RuntimeError(f"{self.root} is not empty and was not made by a local cluster; "
                                    "choose another --root")
-            shutil.rmtree(self.root)
+            if self.fresh:
+                shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / MARKER).write_text("created by ascend-train local; removed on the next start\n")
+        (self.root / MARKER).write_text("created by ascend-train local; kept across restarts, wiped by --fresh\n")
 
     def start(self) -> LocalCluster:
         self._prepare_root()
@@ -97,6 +103,7 @@ class LocalCluster:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         # A free port for the operator's own metrics, so a second cluster (or a test) on this host never clashes.
         env.setdefault("ASCEND_OPERATOR_METRICS_PORT", str(_free_port()))
+        env.setdefault("ASCEND_OPERATOR_DASHBOARD_PORT", "0")  # `ascend-train dashboard` serves it locally
         env.setdefault("ASCEND_OPERATOR_PROGRESS_INTERVAL", "2")
         self.operator = subprocess.Popen(OPERATOR_COMMAND, env=env, stdout=self._operator_log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

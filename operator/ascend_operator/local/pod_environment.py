@@ -39,21 +39,23 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 
 class IpAllocator:
-    """One loopback IP per pod (127.0.1.1, 127.0.1.2, ...), stable, allocated on first use or first mention.
+    """One loopback IP per pod (``<prefix>.0.1``, ``<prefix>.0.2``, ...), stable, allocated on first use or first
+    mention; ``prefix`` is the cluster's own loopback /16 (see ``pod_network``).
 
     A pod is known by ``(namespace, hostname, subdomain)`` when it sets them, else by ``(namespace, name, "")``,
     so a worker that names ``job-0.job.ns.svc`` gets the IP that pod ``job-0`` will bind later.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "127.1") -> None:
+        self.prefix = prefix
         self._ips: dict[tuple[str, str, str], str] = {}
 
     def ip(self, key: tuple[str, str, str]) -> str:
         if key not in self._ips:
             n = len(self._ips) + 1
-            if n > 254 * 255:
+            if n > 254 * 256:
                 raise RuntimeError("out of loopback addresses")
-            self._ips[key] = f"127.0.{1 + (n - 1) // 254}.{1 + (n - 1) % 254}"
+            self._ips[key] = f"{self.prefix}.{(n - 1) // 254}.{1 + (n - 1) % 254}"
         return self._ips[key]
 
     @staticmethod

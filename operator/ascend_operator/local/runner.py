@@ -27,6 +27,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
+from .pod_network import POD_IP_ENV, bind_shim, claim_network
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ class PodRunner:
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
-        self.ips = IpAllocator()
+        self.network = claim_network()  # this cluster's own loopback /16, so clusters never share pod IPs
+        self.ips = IpAllocator(self.network.prefix)
+        self.bind_shim = bind_shim(self.root / "bin")
         self._containers: dict[tuple[str, str], RunningContainer] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,6 +128,7 @@ class PodRunner:
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
         self._api_client.close()
+        self.network.close()
 
     def __enter__(self) -> PodRunner:
         return self.start()
@@ -254,6 +258,9 @@ class PodRunner:
             self._patch_status(pod, self._status(pod, running, waiting={
                 "reason": "CreateContainerConfigError", "message": str(exc)}, phase="Pending"))
             return
+        if self.bind_shim is not None:  # the pod's wildcard binds go to its own IP, as in its own namespace
+            launch.env[POD_IP_ENV] = pod_ip
+            launch.env["LD_PRELOAD"] = " ".join(filter(None, [str(self.bind_shim), launch.env.get("LD_PRELOAD")]))
         log_path = pod_log_path(self.root, *running.pod_key)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         running.started_at = now_rfc3339()

@@ -1,0 +1,38 @@
+"""The one line that says why a pod failed, from its container's termination message.
+
+The engine writes a JSON report there (``{"status": "Failed", "message": "config.json missing in /models/x"}``);
+when it died before reporting, the kubelet put the log's tail there (``FallbackToLogsOnError``), and the cause is
+the last Python exception line in it, skipping torchrun's own ``ChildFailedError`` summary.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+MAX_CAUSE_CHARS = 400
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(.*))?$")
+_LAUNCHER_LINES = ("ChildFailedError",)
+
+
+def failure_cause(message: str | None) -> str:
+    """The cause in a termination message, or "" when it holds none (figures only, or nothing)."""
+    if not message:
+        return ""
+    try:
+        report = json.loads(message)
+    except ValueError:
+        report = None
+    if isinstance(report, dict):
+        text = str(report.get("message") or "") if report.get("status") == "Failed" else ""
+        return _shorten("; ".join(line.strip() for line in text.splitlines() if line.strip()))
+    for line in reversed(message.splitlines()):
+        line = line.strip()
+        if m := _EXCEPTION_LINE.match(line):
+            if m.group(1) in _LAUNCHER_LINES:
+                continue
+            return _shorten(f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1))
+    return ""
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_CAUSE_CHARS else text[:MAX_CAUSE_CHARS - 3] + "..."

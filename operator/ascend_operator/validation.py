@@ -1,0 +1,152 @@
+"""Offline validation of our custom resources (``ascend-train validate``, ``ascend-train apply --dry-run``).
+
+The same checks the API server and the operator make, without a cluster: the CRD generated from the pydantic
+models (unknown fields, types, bounds, enums, defaults and CEL rules, by the same schema code the local API
+server runs), then the spec's pydantic model itself. Every problem of every document is reported at once as
+``file:line: field: message``, an unknown field with the nearest known name ("did you mean ...").
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .api.crdgen import crd
+from .api.group import API_GROUP as GROUP
+from .api.resources import RESOURCES
+from .local.crd_schema import CustomResourceSchema
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Problem:
+    source: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.field}: {self.message}"
+
+
+def _key_lines(node: yaml.Node, path: tuple = (), out: dict[tuple, int] | None = None) -> dict[tuple, int]:
+    """The 1-based line of every key (and list item) under ``node``, by path."""
+    out = {} if out is None else out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            out[path + (key.value,)] = key.start_mark.line + 1
+            _key_lines(value, path + (key.value,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _key_lines(item, path + (index,), out)
+    return out
+
+
+def _path(field: str) -> tuple:
+    return tuple(int(index) if index else key for key, index in _PATH_PART.findall(field))
+
+
+def _line(lines: dict[tuple, int], path: tuple) -> int | None:
+    for n in range(len(path), -1, -1):  # the deepest part of the path that is written in the file
+        if path[:n] in lines:
+            return lines[path[:n]]
+    return None
+
+
+def _schemas() -> dict[str, CustomResourceSchema]:
+    """Kind -> the schema of its served version, from the CRD generated from the models."""
+    out = {}
+    for kind, resource in RESOURCES.items():
+        version = crd(resource)["spec"]["versions"][0]
+        out[kind] = CustomResourceSchema(version["schema"]["openAPIV3Schema"])
+    return out
+
+
+def _unknown_fields(value: Any, schema: dict[str, Any], path: tuple) -> list[tuple[tuple, str]]:
+    """Fields the schema does not know (the API server would drop them silently), with the nearest known name."""
+    found: list[tuple[tuple, str]] = []
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        if schema.get("x-kubernetes-preserve-unknown-fields") or extra is True:
+            return found
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                close = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
+                hint = f' (did you mean "{close[0]}"?)' if close else \
+                    f" (known: {', '.join(sorted(props))})" if len(props) <= 12 else ""
+                found.append((path + (key,), f'unknown field "{key}"{hint}'))
+            else:
+                found.extend(_unknown_fields(item, sub, path + (key,)))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            found.extend(_unknown_fields(item, schema["items"], path + (index,)))
+    return found
+
+
+def _strip_field(field: str, message: str) -> str:
+    """The server's messages start with the field; the report prints it once."""
+    return message[len(field) + 2:] if message.startswith(f"{field}: ") else message
+
+
+def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
+                      schemas: dict[str, CustomResourceSchema]) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def add(path: tuple, message: str) -> None:
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "(root)"
+        problems.append(Problem(source, _line(lines, path), field, message))
+
+    kind, api_version = doc.get("kind"), str(doc.get("apiVersion") or "")
+    if not (doc.get("metadata") or {}).get("name"):
+        add(("metadata", "name"), "Required value")
+    if api_version.split("/")[0] != GROUP:
+        return problems  # not ours: the cluster's own kinds are left to its API server
+    if kind not in schemas:
+        close = difflib.get_close_matches(str(kind), list(schemas), n=1)
+        add(("kind",), f'unknown kind "{kind}" in {GROUP}' + (f' (did you mean "{close[0]}"?)' if close else ""))
+        return problems
+    schema = schemas[kind]
+    body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+    for path, message in _unknown_fields(body, schema.schema, ()):
+        add(path, message)
+    prepared = schema.prepare(doc)
+    reported = set()
+    for field, message in schema.errors(prepared):
+        add(_path(field), _strip_field(field, message))
+        reported.add(_path(field))
+    if reported or not isinstance(prepared.get("spec"), dict):
+        return problems  # the model would repeat what the schema said
+    try:
+        RESOURCES[kind].spec.model_validate(prepared["spec"])
+    except ValidationError as exc:
+        for error in exc.errors():
+            add(("spec",) + tuple(error["loc"]), error["msg"])
+    return problems
+
+
+def validate_text(text: str, source: str) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """The documents of a YAML text and every problem in them (YAML syntax errors included)."""
+    try:
+        nodes = [n for n in yaml.compose_all(text) if n is not None]
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return [], [Problem(source, mark.line + 1 if mark else None, "(yaml)", str(getattr(exc, "problem", exc)))]
+    schemas = _schemas()
+    problems: list[Problem] = []
+    for node, doc in zip(nodes, docs):
+        lines = _key_lines(node)
+        if not isinstance(doc, dict) or not doc.get("kind"):
+            problems.append(Problem(source, node.start_mark.line + 1, "kind", "a document needs apiVersion and kind"))
+            continue
+        problems.extend(validate_document(doc, lines, source, schemas))
+    return docs, problems

@@ -1,0 +1,160 @@
+"""The real ``kubectl`` binary against the local cluster: what a user types after `ascend-train local up`.
+
+Skipped only when no kubectl can be found (the Makefile's set-up installs Debian's package when missing).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_operator.local.cli import main as ascend_train
+from ascend_operator.local.cluster import LocalCluster
+
+
+
+def _kubectl_minor() -> int | None:
+    """kubectl's client minor version, None without a kubectl."""
+    if shutil.which("kubectl") is None:
+        return None
+    out = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True)
+    try:
+        return int(re.match(r"\d+", json.loads(out.stdout)["clientVersion"]["minor"]).group(0))
+    except (ValueError, KeyError, AttributeError):
+        return 0
+
+
+MINOR = _kubectl_minor()
+pytestmark = [pytest.mark.operator,
+              pytest.mark.skipif(MINOR is None, reason="kubectl is not installed (`make tools` installs it)"),
+              pytest.mark.skipif(MINOR is not None and MINOR < 27,
+                                 reason=f"kubectl 1.{MINOR} predates OpenAPI v3 (1.27+), which the local API serves")]
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(root=tmp_path_factory.mktemp("kubectl") / "cluster") as local:
+        yield local
+
+
+def kubectl(cluster: LocalCluster, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+    result = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = resources.get(pods, name, "default")
+        if (pod.get("status") or {}).get("phase") in phases:
+            return pod
+        assert time.monotonic() < deadline, pod.get("status")
+        time.sleep(0.1)
+
+
+def test_get_atj_shows_the_crd_printer_columns(cluster):
+    resources = cluster.client()
+    atj = resources.resolve("atj")
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "columns"
+    resources.apply(job)
+    resources.request("PATCH", atj.path("default", "columns", "status"), {"status": {
+        "phase": "Running", "restarts": 1, "progress": {"iteration": 12, "loss": 4.5, "tokensPerSecond": 812.5}}},
+        content_type="application/merge-patch+json")
+    resources.close()
+    table = rows(kubectl(cluster, "get", "atj").stdout)
+    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "RESTARTS", "AGE"]
+    assert table[1][:6] == ["columns", "Running", "12", "4.5", "812.5", "1"]
+    assert table[1][6].endswith("s")  # an age computed by kubectl from the date column
+
+
+def test_ascend_train_get_says_why_a_job_failed(cluster, capsys):
+    resources = cluster.client()
+    atj = resources.resolve("atj")
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "broken"
+    resources.apply(job)
+    cause = "pod broken-0 failed: exit code 1 (Error): FileNotFoundError: config.json missing in /models/x"
+    resources.request("PATCH", atj.path("default", "broken", "status"), {"status": {"phase": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailed", "message": cause,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, content_type="application/merge-patch+json")
+    resources.close()
+    assert ascend_train(["--root", str(cluster.root), "get", "atj"]) == 0
+    assert f"broken failed: {cause}" in capsys.readouterr().out.splitlines()
+
+
+def test_get_pods_ready_status_restarts_and_logs(cluster):
+    resources = cluster.client()
+    pods = resources.resolve("pods")
+    code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.3)\n"
+    resources.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker", "namespace": "default"},
+                     "spec": {"restartPolicy": "Never", "containers": [
+                         {"name": "main", "image": "local", "command": ["python", "-c", code]}]}})
+    wait_phase(resources, pods, "talker", ("Running", "Succeeded"))
+    followed = kubectl(cluster, "logs", "-f", "talker")  # returns once the container has finished
+    assert followed.stdout.splitlines() == ["line 0", "line 1", "line 2"]
+    wait_phase(resources, pods, "talker", ("Succeeded",))
+    resources.close()
+    assert kubectl(cluster, "logs", "talker", "--tail=1").stdout == "line 2\n"
+    table = rows(kubectl(cluster, "get", "pods").stdout)
+    assert table[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert ["talker", "0/1", "Completed", "0"] == next(r for r in table if r[0] == "talker")[:4]
+    missing = kubectl(cluster, "logs", "nobody", check=False)
+    assert missing.returncode != 0 and 'pods "nobody" not found' in missing.stderr
+
+
+def test_get_events_shows_reason_object_and_message(cluster):
+    resources = cluster.client()
+    resources.apply({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "talker.17a2b3c4d5e6f7", "namespace": "default"},
+                     "involvedObject": {"kind": "AscendTrainJob", "name": "columns", "namespace": "default"},
+                     "reason": "PodFailed", "message": "config.json missing in /models/x", "type": "Warning",
+                     "count": 1, "source": {"component": "ascend-operator"}})
+    resources.close()
+    table = rows(kubectl(cluster, "get", "events").stdout)
+    assert table[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert table[1][1:] == ["Warning", "PodFailed", "ascendtrainjob/columns", "config.json", "missing", "in",
+                            "/models/x"]
+
+
+def test_apply_server_dry_run_validates_without_storing(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "dry"
+    path = cluster.root / "dry.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = kubectl(cluster, "apply", "--dry-run=server", "-f", str(path))
+    assert "ascendtrainjob.ascendtrain.dev/dry created (server dry run)" in out.stdout
+    assert kubectl(cluster, "get", "atj", "dry", check=False).returncode != 0  # nothing was stored
+    job["spec"]["train"]["parallel"]["tensorModelParallelSize"] = 3  # 2 pods x 1 device cannot hold TP=3
+    path.write_text(yaml.safe_dump(job))
+    bad = kubectl(cluster, "apply", "--dry-run=server", "-f", str(path), check=False)
+    assert bad.returncode != 0 and "is invalid" in bad.stderr
+
+
+def test_apply_then_reapply_patches_the_object(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "applied"
+    path = cluster.root / "applied.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert "ascendtrainjob.ascendtrain.dev/applied created" in kubectl(cluster, "apply", "-f", str(path)).stdout
+    job["spec"]["train"]["training"]["trainIters"] = 7
+    path.write_text(yaml.safe_dump(job))
+    assert "ascendtrainjob.ascendtrain.dev/applied configured" in kubectl(cluster, "apply", "-f", str(path)).stdout
+    stored = yaml.safe_load(kubectl(cluster, "get", "atj", "applied", "-o", "yaml").stdout)
+    assert stored["spec"]["train"]["training"]["trainIters"] == 7
