@@ -101,6 +101,8 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     report = termination_result(pod) or {}
     if code == MASTER_UNREACHABLE_EXIT and report.get("reason") == "MasterUnreachable":
         return policy.is_retryable(code), "MasterUnreachable", f"{message}: {report.get('message', '')}"
+    if report.get("reason") == "EvaluationFailed":  # training went through; retrying would not fix the data
+        return False, "EvaluationFailed", f"{message}: evaluation failed: {report.get('message', '')}"
     retryable = policy.is_retryable(code)
     if not retryable:
         message += "; permanent (codes 1-127 fail at once unless listed in runPolicy.retryableExitCodes)"
@@ -136,7 +138,8 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
     policy = policy or RunPolicy()
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
-                                                         "progress", "phase", "hostPorts")}
+                                                         "progress", "phase", "hostPorts",
+                                                         "evaluation")}
     status.setdefault("conditions", [])
     pods = live(pods)
     status["replicas"] = counts = replica_counts(pods)

@@ -22,9 +22,10 @@ class EvaluateConfig(EngineModel):
     taskDataPath: Annotated[list[str], Field(min_length=1), Flag("--task-data-path")]
     """One data path per task, in the same order (MMLU: its ``data/test`` folder, with ``data/dev`` beside it
     for few-shot examples; CEval: its ``val`` folder; CMMLU: ``test``; jsonl tasks: a file or a folder)."""
-    load: Annotated[str, Field(min_length=1), Flag("--load")]
+    load: Annotated[str | None, Field(min_length=1), Flag("--load")] = None
     """A Megatron checkpoint directory (latest iteration) or a HuggingFace model directory (converted on the fly
-    into a temporary Megatron checkpoint at the requested layout)."""
+    into a temporary Megatron checkpoint at the requested layout). In an AscendTrainJob's evaluation block it
+    defaults to the checkpoint the job trains (train.checkpoint.save)."""
     tokenizerNameOrPath: Annotated[str, Field(min_length=1), Flag("--tokenizer-name-or-path")]
     """Local HuggingFace tokenizer directory."""
     promptType: Annotated[str, Field(min_length=1), Flag("--prompt-type")] = "empty"

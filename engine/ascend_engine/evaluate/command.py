@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..config.evaluate import EvaluateConfig
-from ..config.loader import add_flags, build_config
+from ..config.loader import ConfigError, add_flags, build_config
 
 _DESTS: dict[str, tuple[str, ...]] = {}
 
@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(EvaluateConfig, args, _DESTS, args.config, section="evaluation")
+    if not cfg.load:
+        raise ConfigError(f"{args.config or 'command line'}: load: a checkpoint to evaluate is required (--load)")
     from ..checkpoint.training import CheckpointMismatch
     from ..convert.torch_file import CheckpointFileError
     from .questions import TaskDataError
@@ -26,9 +28,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         evaluate(cfg)
     except TaskDataError as e:
-        print(f"ascend-engine evaluate: bad task data: {e}", file=sys.stderr)
-        return 2
+        return _failed(f"bad task data: {e}")
     except (CheckpointMismatch, CheckpointFileError) as e:
-        print(f"ascend-engine evaluate: cannot load checkpoint: {e}", file=sys.stderr)
-        return 2
+        return _failed(f"cannot load checkpoint: {e}")
     return 0
+
+
+def _failed(message: str) -> int:
+    """Say why on stderr and in the termination message (the job's Failed condition quotes it)."""
+    from ..telemetry import report_result
+
+    print(f"ascend-engine evaluate: {message}", file=sys.stderr)
+    report_result({"reason": "EvaluationFailed", "message": message[:3000]})
+    return 2

@@ -54,6 +54,7 @@ def write_json(path: Path, document: dict) -> None:
 def status_summary(results: list[dict], checkpoint: str) -> dict:
     """What ``status.evaluation`` shows (small: the termination message is capped at 4 KiB)."""
     return {
+        "summary": " ".join(f"{r['task']}={r['accuracy']:.4f}" for r in results),
         "tasks": [{"task": r["task"], "accuracy": round(r["accuracy"], 6), "samples": r["samples"],
                    "seconds": r["seconds"]} for r in results],
         "checkpoint": checkpoint,

@@ -1,12 +1,15 @@
 """AscendTrainJob -> headless Service, ConfigMap and one pod per node with torchrun's environment contract."""
 from __future__ import annotations
 
+import shlex
 from typing import Any
+
+import yaml
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
-from .common import CONFIG_FILE, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
+from .common import CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
 
 KIND = TRAIN_JOB.kind
 
@@ -35,7 +38,21 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
     checkpoint = config.setdefault("checkpoint", {})
     if checkpoint.get("save") and not checkpoint.get("load"):
         checkpoint["load"] = checkpoint["save"]
-    return config_map(KIND, name, config)
+    out = config_map(KIND, name, config)
+    if spec.evaluation:
+        out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = yaml.safe_dump(evaluation_config(spec), sort_keys=False)
+    return out
+
+
+EVALUATION_FILE = f"{CONFIG_MOUNT}/evaluation.yaml"
+
+
+def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
+    """The EvaluateConfig; load defaults to the checkpoint the job saves."""
+    config = spec.evaluation.to_yaml_dict()
+    config.setdefault("load", spec.train.checkpoint.save)
+    config.setdefault("device", spec.train.device)
+    return config
 
 
 def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, str]:
@@ -69,11 +86,16 @@ TORCHRUN = [
 
 def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
-    then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled."""
+    then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled. With an
+    evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded."""
+    run = list(TORCHRUN)
+    if spec.evaluation:
+        evaluate = TORCHRUN[:-3] + ["evaluate", "--config", EVALUATION_FILE]
+        run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {shlex.join(evaluate)}"]
     if index == 0:
-        return list(TORCHRUN)
+        return run
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
-            f"--timeout={spec.masterWaitSeconds}", "--", *TORCHRUN]
+            f"--timeout={spec.masterWaitSeconds}", "--", *run]
 
 
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:
