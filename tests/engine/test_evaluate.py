@@ -61,6 +61,10 @@ def random_qwen3(tmp_path_factory):
          "activity_label": "Animals"},
         {"ctx": "Megatron indexed datasets", "endings": ["hold tokens back to back.", "jumps.", "exercise",
                                                          "user tool"], "label": 0, "activity_label": "Data"}])
+    write_jsonl(root / "gsm8k.jsonl", [{"question": "The quick brown fox has 3 dogs and 4 more. How many?",
+                                        "answer": "3 + 4 = 7\n#### 7"}])
+    write_jsonl(root / "humaneval.jsonl", [{"task_id": "t/0", "prompt": "def add(a, b):\n", "entry_point": "add",
+                                            "test": "def check(f):\n    assert f(2, 3) == 5\n"}])
     assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
                  "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
     return root, tok, mmlu
@@ -108,6 +112,36 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
 
 
 @pytest.mark.engine
+def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3):
+    """GSM8K and HumanEval prompts: our greedy completion (no KV cache, forward-only schedule) is transformers'
+    greedy ``generate`` on the same model, cut at the task's stop sequences; HumanEval's verdict comes from the
+    sandbox."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ascend_engine.evaluate.answers import cut_at_stop
+    from ascend_engine.evaluate.tasks import load_task
+
+    root, tok, _ = random_qwen3
+    out = root / "gen_results.json"
+    assert_ok(evaluate("--task", "gsm8k", "humaneval", "--task-data-path", str(root / "gsm8k.jsonl"),
+                       str(root / "humaneval.jsonl"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
+                       str(tok), "--max-new-tokens", "6", "--results-path", str(out)))
+    got = _predictions(out)
+    hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tok)
+    questions = load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
+    for q, p in zip(questions, got):
+        ids = tokenizer(q.prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            new = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.eos_token_id)[0, ids.shape[1]:]
+        text = tokenizer.decode(new[new != tokenizer.eos_token_id], skip_special_tokens=True)
+        assert p["completion"] == cut_at_stop(text, q.stop), (p, text)
+    assert got[1]["correct"] is False and got[1]["prediction"].startswith("failed")  # random code fails its test
+
+
+@pytest.mark.engine
 @pytest.mark.parametrize("layout", [("1", "1", 1), ("2", "1", 2), ("1", "2", 2)], ids=["tp1pp1", "tp2", "pp2"])
 def test_layouts_give_identical_predictions(random_qwen3, layout):
     """The TP1PP1 Megatron checkpoint evaluated at TP1PP1, TP2 and PP2 (resharded on the fly) predicts the
@@ -139,3 +173,44 @@ def test_vocabulary_mismatch_is_refused_with_both_sizes(random_qwen3, tmp_path):
     assert proc.returncode == 2
     assert "has 400 tokens" in proc.stderr and "vocabulary of 128" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "r.json").exists()
+
+
+WORDS = ["quick", "brown", "fox", "lazy", "dog", "tips", "healthy", "sleep", "exercise", "tokens", "index",
+         "datasets", "assistant", "system", "tool", "response"]
+
+
+@pytest.mark.engine
+def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(tmp_path):
+    """Pretrain a tiny model on 8 MMLU-format questions with their answers; evaluated zero-shot it answers all
+    8 and does no better than guessing on 8 held-out questions of the same form (answers balanced A-D)."""
+    from ascend_engine.evaluate.tasks import load_task
+    from test_train_data import config
+
+    tok = build_tokenizer(tmp_path / "tok")
+    options = ["jumps", "sleeps", "eats", "runs"]
+    questions = [("animals", f"What does the {w} do?", options, "ABCD"[i % 4]) for i, w in enumerate(WORDS)]
+    seen = write_mmlu(tmp_path / "seen", questions[:8], dev=False)
+    held_out = write_mmlu(tmp_path / "held_out", questions[8:], dev=False)
+    # instruction data: the loss is on the answer only, so a few dozen steps learn each question's letter
+    records = [{"instruction": q.context, "input": "", "output": q.options[q.gold]}
+               for q in load_task("mmlu", str(seen), 0)]
+    assert preprocess("--input", write_jsonl(tmp_path / "seen.jsonl", records), "--tokenizer-name-or-path", tok,
+                      "--output-prefix", tmp_path / "seen", "--handler-name", "AlpacaStyleInstructionHandler",
+                      "--prompt-type", "empty", "--seq-length", "128") == 0
+    cfg = config({"dataPath": [str(tmp_path / "seen")], "isInstructionDataset": True}, trainIters=70,
+                 seqLength=128, microBatchSize=8, globalBatchSize=8) | {
+                     "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
+                     "checkpoint": {"save": str(tmp_path / "ckpt")}}
+    proc, steps = run_train(tmp_path, cfg, nproc=1, timeout=300)
+    assert_ok(proc)
+    accuracy = {}
+    for name, path in (("seen", seen), ("held_out", held_out)):
+        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(path), "--load", str(tmp_path / "ckpt"),
+                           "--tokenizer-name-or-path", str(tok), "--results-path", str(tmp_path / f"{name}.json")))
+        accuracy[name] = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][0]["accuracy"]
+    assert accuracy["seen"] == 1.0, (accuracy, [s[2] for s in steps][-5:])
+    assert accuracy["held_out"] <= 0.5, accuracy
+    # the report lands next to the checkpoint when no path is given
+    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(seen), "--load", str(tmp_path / "ckpt"),
+                       "--tokenizer-name-or-path", str(tok), "--max-eval-samples", "2"))
+    assert json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"][0]["samples"] == 2

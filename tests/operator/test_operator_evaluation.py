@@ -44,6 +44,7 @@ def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_cl
     train, evaluate = script[2].split(" && ")
     assert train.endswith("-m ascend_engine train --config /etc/ascendtrain/config.yaml")
     assert evaluate.endswith("-m ascend_engine evaluate --config /etc/ascendtrain/evaluation.yaml")
+    assert "--master-port=$((MASTER_PORT + 2))" in evaluate  # not the training store, which may still be closing
     assert pods[1].spec.containers[0].command[-3:-1] == ["sh", "-c"]  # after wait-for-master
     summary = {"summary": "mmlu=0.6200 gsm8k=0.1000", "checkpoint": "/ckpt/llm", "finishedAt": "2026-11-23T15:00:00Z",
                "tasks": [{"task": "mmlu", "accuracy": 0.62, "samples": 14042, "seconds": 900.5},

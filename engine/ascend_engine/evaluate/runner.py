@@ -109,7 +109,7 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         for task, questions in tasks:
             progress = Progress(f"evaluate {task}", total=len(questions), unit="questions", interval_s=10.0,
                                 enabled=rank0)
-            start = time.perf_counter()
+            start, model.truncated = time.perf_counter(), 0
             if isinstance(questions[0], ChoiceQuestion):
                 outcomes = choice_outcomes(questions, score_choices(model, prompter, questions,
                                                                     cfg.evaluationBatchSize, progress))
@@ -124,6 +124,10 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
 
                 outcomes = open_outcomes(task, questions, completions, run_code)
             result = task_result(task, outcomes, time.perf_counter() - start)
+            if model.truncated:
+                result["truncatedPrompts"] = model.truncated
+                print(f"[evaluate] {task}: {model.truncated} prompts were longer than the model's {max_len} "
+                      "positions and lost their beginning", file=sys.stderr, flush=True)
             progress.summary(f"{task}: accuracy {result['accuracy']:.4f} on {result['samples']} questions, "
                              f"{result['questionsPerSecond']} questions/s")
             results.append(result)

@@ -15,6 +15,7 @@ class Outcome:
     gold: str
     correct: bool
     scores: list[float] | None = None  # choice tasks: each option's log-likelihood
+    completion: str | None = None  # generative tasks: the generated text (cut at the stop sequences)
 
 
 class Prompter:
@@ -105,11 +106,11 @@ def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[st
     for q, text in zip(questions, completions):
         if task == "gsm8k":
             got = gsm8k_extract(text) or ""
-            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference))
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference, completion=text))
         elif task == "bbh":
             got = bbh_extract(text)
-            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference.strip()))
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference.strip(), completion=text))
         else:
             result = run_code(q, text)
-            outcomes.append(Outcome(q.id, q.subject, result.reason, "passed", result.passed))
+            outcomes.append(Outcome(q.id, q.subject, result.reason, "passed", result.passed, completion=text))
     return outcomes

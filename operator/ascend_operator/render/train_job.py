@@ -45,6 +45,7 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
 
 
 EVALUATION_FILE = f"{CONFIG_MOUNT}/evaluation.yaml"
+EVALUATION_PORT_OFFSET = 2
 
 
 def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
@@ -90,8 +91,12 @@ def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded."""
     run = list(TORCHRUN)
     if spec.evaluation:
-        evaluate = TORCHRUN[:-3] + ["evaluate", "--config", EVALUATION_FILE]
-        run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {shlex.join(evaluate)}"]
+        # A second rendezvous on MASTER_PORT could reach pod 0's training store while it is still closing; the
+        # evaluation meets on MASTER_PORT + 2 (inside a hostNetwork job's port block, below HCCL's ports).
+        port = f"--master-port=$((MASTER_PORT + {EVALUATION_PORT_OFFSET}))"
+        launcher = [a for a in TORCHRUN[:TORCHRUN.index("-m")] if not a.startswith("--master-port=")]
+        evaluate = f"{shlex.join(launcher)} {port} -m ascend_engine evaluate --config {EVALUATION_FILE}"
+        run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {evaluate}"]
     if index == 0:
         return run
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
