@@ -12,8 +12,6 @@ from .files import column, data_files, read_csv, read_jsonl
 from .questions import ChoiceQuestion, OpenQuestion, TaskDataError
 
 LETTERS = "ABCDEFGHIJ"
-CHOICE_TASKS = ("mmlu", "ceval", "cmmlu", "boolq", "hellaswag", "agieval")
-OPEN_TASKS = ("bbh", "gsm8k", "humaneval")
 
 
 # ---------------------------------------------------------------- MMLU, CEval, CMMLU: a csv per subject
