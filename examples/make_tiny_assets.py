@@ -14,6 +14,7 @@ On the local cluster the pipeline's PVC `ascend-workspace` is the directory
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -60,6 +61,22 @@ def make_model(out: Path, seed: int) -> None:
     model.save_pretrained(out)
 
 
+def write_benchmarks(data: Path) -> None:
+    """A tiny MMLU (dev/test csv per subject) and BoolQ (jsonl) in their published formats, for evaluation."""
+    rows = [["What is the capital of France?", "Paris", "Rome", "Berlin", "Madrid", "A"],
+            ["Which number is even?", "3", "4", "5", "7", "B"],
+            ["What colour is the sky on a clear day?", "green", "red", "blue", "black", "C"],
+            ["How many legs does a spider have?", "two", "four", "six", "eight", "D"]]
+    for split, part in (("dev", rows[:1]), ("test", rows)):
+        (data / "mmlu" / split).mkdir(parents=True, exist_ok=True)
+        with open(data / "mmlu" / split / f"general_knowledge_{split}.csv", "w", newline="") as f:
+            csv.writer(f).writerows(part)
+    boolq = [{"question": "is paris the capital of france", "passage": "Paris is the capital of France.",
+              "answer": True},
+             {"question": "is the sky green", "passage": "On a clear day the sky is blue.", "answer": False}]
+    (data / "boolq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in boolq))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="the workspace directory (the PVC's directory on the local cluster)")
@@ -72,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     data = args.dir / "data" / "alpaca.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS * 4))
-    print(f"wrote {model_dir} and {data} ({len(RECORDS) * 4} records)")
+    write_benchmarks(args.dir / "data")
+    print(f"wrote {model_dir}, {data} ({len(RECORDS) * 4} records) and tiny MMLU / BoolQ sets")
     return 0
 
 

@@ -14,6 +14,7 @@ COMMANDS = {
     "preprocess": ("ascend_engine.prep.command", "raw data -> Megatron indexed dataset (MindSpeed-LLM flags)"),
     "convert": ("ascend_engine.convert.command", "HF <-> Megatron-core checkpoints, resharding, LoRA merge"),
     "generate": ("ascend_engine.generate.command", "continue a prompt with a checkpoint (greedy / top-p), any TP/PP"),
+    "evaluate": ("ascend_engine.evaluate.command", "benchmark accuracy (MMLU, CEval, GSM8K, HumanEval, ...), any TP/PP"),
     "wait-for-master": ("ascend_engine.rendezvous", "wait for the master's address and port, then exec a command"),
     "import-script": ("ascend_engine.importer.command", "MindSpeed-LLM launch script -> AscendTrainJob YAML"),
 }

@@ -105,6 +105,8 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     if report.get("reason") == "Preempted":  # SIGTERM: the engine saved its step; torchrun exits 1 all the same
         return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
                                    f"{report.get('checkpoint') or 'not saved'}")
+    if report.get("reason") == "EvaluationFailed":  # training went through; retrying would not fix the data
+        return False, "EvaluationFailed", f"{message}: evaluation failed: {report.get('message', '')}"
     retryable = policy.is_retryable(code)
     if cause := failure_cause(term.get("message")):
         message += f": {cause}"
@@ -142,7 +144,8 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
     policy = policy or RunPolicy()
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
-                                                         "progress", "phase", "hostPorts")}
+                                                         "progress", "phase", "hostPorts",
+                                                         "evaluation")}
     status.setdefault("conditions", [])
     pods = live(pods)
     status["replicas"] = counts = replica_counts(pods)

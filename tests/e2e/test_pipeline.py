@@ -54,6 +54,11 @@ def test_pipeline_runs_in_dependency_order_and_exports_a_loadable_model(tmp_path
     assert progress["iteration"] == progress["trainIters"] and math.isfinite(progress["loss"])
     # It learned from the packed instruction data: well below a random model's ln(vocab) = ln(320) ~ 5.77.
     assert progress["loss"] < 5.0
+    # The evaluation block ran after training on the same two pods (TP2) and reported per task.
+    evaluation = statuses["sft"]["evaluation"]
+    assert [(t["task"], t["samples"]) for t in evaluation["tasks"]] == [("mmlu", 4), ("boolq", 2)]
+    assert all(0.0 <= t["accuracy"] <= 1.0 for t in evaluation["tasks"]) and evaluation["finishedAt"]
+    assert (workspace / "checkpoints" / "sft" / "evaluation_results.json").is_file()
 
     # The exported model is a HuggingFace model again.
     import torch

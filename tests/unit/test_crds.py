@@ -41,7 +41,7 @@ def test_train_job_crd_has_status_columns_and_short_name():
     version = crd["spec"]["versions"][0]
     assert crd["spec"]["names"]["shortNames"] == ["atj"]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Iter", "Loss", "Tok/s",
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Iter", "Loss", "Tok/s", "Eval",
                                                                        "Restarts", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert "train" in spec["required"] and "image" in spec["required"]

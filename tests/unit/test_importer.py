@@ -88,7 +88,8 @@ def test_qwen3_1point7b_pretrain_from_seed_002():
     assert train["parallel"] == {"tensorModelParallelSize": 1, "pipelineModelParallelSize": 2,
                                  "useDistributedOptimizer": True}
     assert train["training"] == {"microBatchSize": 1, "globalBatchSize": 32, "seqLength": 4096,
-                                 "trainIters": 2000, "seed": 42, "precision": "bf16"}
+                                 "trainIters": 2000, "seed": 42, "precision": "bf16",
+                                 "evalInterval": 2000, "evalIters": 0}  # --eval-iters 0: no validation
     assert train["model"]["numLayers"] == 28 and train["model"]["numQueryGroups"] == 8
     assert train["model"]["maxPositionEmbeddings"] == 4096 and train["model"]["rotaryBase"] == 1e6
     assert train["data"] == {"dataPath": ["/fuyuxin/dataset/enwiki_text_document"], "split": "100,0,0"}

@@ -127,6 +127,10 @@ class TrainingConfig(EngineModel):
     recomputeGranularity: Annotated[Literal["full", "selective"] | None,
                                     Flag("--recompute-granularity")] = None
     """Activation recomputation."""
+    evalInterval: Annotated[PositiveInt | None, Flag("--eval-interval")] = None
+    """Compute the validation loss every N steps (and after the last) on the validation part of data.split."""
+    evalIters: Annotated[int, Field(ge=0), Flag("--eval-iters")] = 10
+    """Global batches per validation (the same first samples of the validation part each time); 0 disables."""
 
 
 class OptimizerConfig(EngineModel):

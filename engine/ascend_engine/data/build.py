@@ -40,16 +40,18 @@ class SyntheticData:
         return {key: torch.stack([r[key] for r in rows]) for key in rows[0]}
 
 
-def build_train_data(cfg: TrainConfig) -> TrainData | SyntheticData:
+def build_train_data(cfg: TrainConfig, part: int = 0) -> TrainData | SyntheticData:
+    """The training part of the data (``part`` 1: the validation part of ``split``, same blend and batching)."""
     d, t = cfg.data, cfg.training
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
     sources = parse_data_path(d.dataPath, d.isInstructionDataset)
     if d.isInstructionDataset:
-        datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix) for s in sources]
+        datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix, part) for s in sources]
         batch = partial(instruction_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
                         pad_to_multiple_of=d.padToMultipleOf, neat_pack=d.neatPack)
     else:
-        datasets = [PretrainDataset(s.files["text"], t.seqLength, t.seed, d.split, s.prefix) for s in sources]
+        datasets = [PretrainDataset(s.files["text"], t.seqLength, t.seed, d.split, s.prefix, part)
+                    for s in sources]
         batch = pretrain_batch
     return TrainData(datasets, [s.weight for s in sources], batch)

@@ -10,11 +10,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from .sources import INSTRUCTION_KEYS, DataError, train_range
+from .sources import INSTRUCTION_KEYS, SPLIT_PARTS, DataError, split_range
 
 
 class InstructionDataset:
-    def __init__(self, files: dict[str, str], seed: int, split: str, name: str):
+    def __init__(self, files: dict[str, str], seed: int, split: str, name: str, part: int = 0):
         from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         self.data = {k: IndexedDataset(files[k], mmap=True) for k in INSTRUCTION_KEYS}
@@ -23,9 +23,10 @@ class InstructionDataset:
         if len(set(counts.values())) != 1 or not all(np.array_equal(lengths["input_ids"], v) for v in lengths.values()):
             raise DataError(f"data.dataPath: the three datasets of {name} disagree (sequence counts {counts}); "
                             "prepare it again")
-        self.indices = np.asarray(train_range(counts["input_ids"], split), dtype=np.int64)
+        self.indices = np.asarray(split_range(counts["input_ids"], split, part), dtype=np.int64)
         if not len(self.indices):
-            raise DataError(f"data.split: leaves no training samples in {name} ({counts['input_ids']} samples)")
+            raise DataError(f"data.split: leaves no {SPLIT_PARTS[part]} samples in {name} "
+                            f"({counts['input_ids']} samples)")
         self.seed = seed
 
     @lru_cache(maxsize=2)

@@ -11,19 +11,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from .sources import DataError, train_range
+from .sources import SPLIT_PARTS, DataError, split_range
 
 
 class PretrainDataset:
-    def __init__(self, prefix: str, seq_length: int, seed: int, split: str, name: str):
+    def __init__(self, prefix: str, seq_length: int, seed: int, split: str, name: str, part: int = 0):
         from megatron.core.datasets.indexed_dataset import IndexedDataset
 
         self.data = IndexedDataset(prefix, mmap=True)
         self.seq_length, self.seed = seq_length, seed
         doc_index = self.data.document_indices  # sequence boundaries of each document, with a leading 0
-        docs = train_range(len(doc_index) - 1, split)
+        docs = split_range(len(doc_index) - 1, split, part)
         if not len(docs):
-            raise DataError(f"data.split: leaves no training documents in {name} ({len(doc_index) - 1} documents)")
+            raise DataError(f"data.split: leaves no {SPLIT_PARTS[part]} documents in {name} "
+                            f"({len(doc_index) - 1} documents)")
         self.doc_first = doc_index[docs.start:docs.stop].astype(np.int64)
         self.doc_last = doc_index[docs.start + 1:docs.stop + 1].astype(np.int64)
         seq_lengths = self.data.sequence_lengths.astype(np.int64)
@@ -32,7 +33,7 @@ class PretrainDataset:
         total = int(self.doc_tokens.sum())
         self.samples_per_epoch = (total - 1) // seq_length
         if self.samples_per_epoch < 1:
-            raise DataError(f"data.dataPath: {name} has {total} training tokens, fewer than seqLength + 1 "
+            raise DataError(f"data.dataPath: {name} has {total} {SPLIT_PARTS[part]} tokens, fewer than seqLength + 1 "
                             f"({seq_length + 1}); use more data or a shorter training.seqLength")
 
     @lru_cache(maxsize=2)

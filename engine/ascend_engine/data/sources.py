@@ -92,5 +92,18 @@ def parse_split(split: str) -> list[float]:
 
 def train_range(num_documents: int, split: str) -> range:
     """The documents of the training part: the first ``round(fraction x documents)``, as Megatron splits."""
-    fraction = parse_split(split)[0]
-    return range(0, int(round(fraction * num_documents)))
+    return split_range(num_documents, split, 0)
+
+
+SPLIT_PARTS = ("training", "validation", "test")
+
+
+def split_range(num_documents: int, split: str, part: int) -> range:
+    """The documents of part 0 (train), 1 (valid) or 2 (test): consecutive blocks whose ends are the rounded
+    cumulative fractions, as Megatron's ``get_split`` cuts them."""
+    ends, total = [0], 0.0
+    for fraction in parse_split(split):
+        total += fraction
+        ends.append(int(round(total * num_documents)))
+    ends[-1] = num_documents
+    return range(ends[part], ends[part + 1])

@@ -15,6 +15,7 @@ from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
 from .preemption import PreemptionWatch
 from .tensorboard import open_tensorboard
+from .validation import build_validation_data, is_due, run_validation, validation_enabled
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -63,6 +64,7 @@ class Trainer:
                                                 t.seed)
         self.dtype = DTYPES[t.precision]
         self.data = build_train_data(cfg)
+        self.valid = build_validation_data(cfg) if validation_enabled(cfg) else None
         gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
                               variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
         if cfg.lora.enabled:
@@ -182,6 +184,8 @@ class Trainer:
                 step_s = (now - window_start) / window_steps
                 window_start, window_steps = now, 0
                 self._log(loss, grad_norm, applied, step_s, tokens_per_step)
+            if is_due(cfg, self.iteration):
+                run_validation(self)
             interval = cfg.checkpoint.saveInterval
             if cfg.checkpoint.save and interval and self.iteration % interval == 0 and self.iteration < t.trainIters:
                 checkpoint = self.save()

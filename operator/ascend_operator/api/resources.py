@@ -35,6 +35,7 @@ RESOURCES: dict[str, Resource] = {
             ("Iter", "integer", ".status.progress.iteration", "Optimizer steps done"),
             ("Loss", "number", ".status.progress.loss", "Latest LM loss"),
             ("Tok/s", "number", ".status.progress.tokensPerSecond", "Tokens per second over all ranks"),
+            ("Eval", "string", ".status.evaluation.summary", "Benchmark accuracy per task (spec.evaluation)"),
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
             _AGE,
         ),

@@ -5,9 +5,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from ascend_engine.config.evaluate import EvaluateConfig
 from ascend_engine.config.train import TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
+from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, PodSettings
 from .run_policy import RunPolicy
 
@@ -78,6 +80,10 @@ class AscendTrainJobSpec(PodSettings):
     """The engine's training configuration (Megatron / MindSpeed-LLM names). When checkpoint.save is set and
     checkpoint.load is not, the operator renders load = save, so a restarted or resumed job continues from
     its latest checkpoint by itself."""
+    evaluation: EvaluateConfig | None = None
+    """Benchmarks to run after training, on the same pods and layout (`ascend-engine evaluate`, MindSpeed-LLM's
+    evaluation flags); load defaults to train.checkpoint.save. Results land in status.evaluation; a failed
+    evaluation fails the job with its cause in the condition message."""
 
     @property
     def world_size(self) -> int:
@@ -109,6 +115,8 @@ class TrainProgress(KubeModel):
     """iteration / trainIters x 100."""
     loss: float | None = None
     """Latest LM loss."""
+    validationLoss: float | None = None
+    """Latest validation LM loss (training.evalInterval)."""
     learningRate: float | None = None
     """Current learning rate."""
     tokensPerSecond: float | None = None
@@ -141,5 +149,7 @@ class AscendTrainJobStatus(JobStatusBase):
 
     progress: TrainProgress | None = None
     """Training progress from rank 0."""
+    evaluation: EvaluationStatus | None = None
+    """Benchmark results of spec.evaluation."""
     hostPorts: HostPorts | None = None
     """Ports assigned to a hostNetwork job."""

@@ -232,7 +232,10 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     if new["phase"] == "Succeeded":
         result = termination_result(rank0)
         if result and job.result_field == "progress":
+            evaluation = result.pop("evaluation", None)
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
+            if evaluation:
+                new["evaluation"] = evaluation
         elif result:
             new[job.result_field] = result
         if final := job.final_progress(result or {}):

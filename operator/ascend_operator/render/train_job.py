@@ -1,12 +1,15 @@
 """AscendTrainJob -> headless Service, ConfigMap and one pod per node with torchrun's environment contract."""
 from __future__ import annotations
 
+import shlex
 from typing import Any
+
+import yaml
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
-from .common import CONFIG_FILE, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
+from .common import CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
 
 KIND = TRAIN_JOB.kind
 
@@ -35,7 +38,22 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
     checkpoint = config.setdefault("checkpoint", {})
     if checkpoint.get("save") and not checkpoint.get("load"):
         checkpoint["load"] = checkpoint["save"]
-    return config_map(KIND, name, config)
+    out = config_map(KIND, name, config)
+    if spec.evaluation:
+        out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = yaml.safe_dump(evaluation_config(spec), sort_keys=False)
+    return out
+
+
+EVALUATION_FILE = f"{CONFIG_MOUNT}/evaluation.yaml"
+EVALUATION_PORT_OFFSET = 2
+
+
+def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
+    """The EvaluateConfig; load defaults to the checkpoint the job saves."""
+    config = spec.evaluation.to_yaml_dict()
+    config.setdefault("load", spec.train.checkpoint.save)
+    config.setdefault("device", spec.train.device)
+    return config
 
 
 def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, str]:
@@ -72,11 +90,20 @@ TORCHRUN = [
 
 def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
-    then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled."""
+    then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled. With an
+    evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded."""
+    run = list(TORCHRUN)
+    if spec.evaluation:
+        # A second rendezvous on MASTER_PORT could reach pod 0's training store while it is still closing; the
+        # evaluation meets on MASTER_PORT + 2 (inside a hostNetwork job's port block, below HCCL's ports).
+        port = f"--master-port=$((MASTER_PORT + {EVALUATION_PORT_OFFSET}))"
+        launcher = [a for a in TORCHRUN[:TORCHRUN.index("-m")] if not a.startswith("--master-port=")]
+        evaluate = f"{shlex.join(launcher)} {port} -m ascend_engine evaluate --config {EVALUATION_FILE}"
+        run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {evaluate}"]
     if index == 0:
-        return list(TORCHRUN)
+        return run
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
-            f"--timeout={spec.masterWaitSeconds}", "--", *TORCHRUN]
+            f"--timeout={spec.masterWaitSeconds}", "--", *run]
 
 
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:

@@ -1,0 +1,146 @@
+"""One evaluation run: resolve the checkpoint (converting an HF directory or resharding a Megatron one into a
+temporary folder on rank 0), load this rank's stage, run every task, report on global rank 0."""
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..config.evaluate import EvaluateConfig
+from .questions import ChoiceQuestion, TaskDataError
+
+
+def _is_hf_directory(path: str) -> bool:
+    from ..checkpoint.layout import read_latest
+
+    return (Path(path) / "config.json").is_file() and read_latest(path) is None
+
+
+def _layout(cfg: EvaluateConfig) -> tuple[bool, int, int, tuple[int, int] | None]:
+    """(needs conversion, TP, PP, the checkpoint's own layout or None for HF)."""
+    from ..generate.loading import layout, read_args
+
+    if _is_hf_directory(cfg.load):
+        return True, cfg.tensorModelParallelSize or 1, cfg.pipelineModelParallelSize or 1, None
+    if not Path(cfg.load).is_dir():
+        from ..checkpoint.training import CheckpointMismatch
+
+        raise CheckpointMismatch(f"load: {cfg.load}: no such directory")
+    _, args = read_args(cfg.load)
+    saved = layout(args)
+    tp, pp = cfg.tensorModelParallelSize or saved[0], cfg.pipelineModelParallelSize or saved[1]
+    return (tp, pp) != saved, tp, pp, saved
+
+
+def _convert(cfg: EvaluateConfig, tp: int, pp: int, hf: bool, rank: int) -> str:
+    """Rank 0 converts into a fresh temporary folder; every rank gets its path."""
+    import torch
+
+    path = [None]
+    if rank == 0:
+        from ..cli import main
+
+        target = tempfile.mkdtemp(prefix="ascend-eval-ckpt-")
+        argv = ["convert", "--load-dir", cfg.load, "--save-dir", target, "--target-tensor-parallel-size", str(tp),
+                "--target-pipeline-parallel-size", str(pp)]
+        if not hf:
+            argv += ["--load-model-type", "mg", "--save-model-type", "mg"]
+        print(f"[evaluate] converting {cfg.load} to TP{tp} PP{pp} in {target}", file=sys.stderr, flush=True)
+        path[0] = target if main(argv) == 0 else ""
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(path, src=0)
+    if not path[0]:
+        from ..checkpoint.training import CheckpointMismatch
+
+        raise CheckpointMismatch(f"load: {cfg.load}: conversion to TP{tp} PP{pp} failed (see above)")
+    return path[0]
+
+
+def check_vocabulary(tokenizer, vocab_size: int, load: str, tokenizer_path: str) -> None:
+    from ..checkpoint.training import CheckpointMismatch
+
+    if len(tokenizer) > vocab_size:
+        raise CheckpointMismatch(f"the tokenizer {tokenizer_path} has {len(tokenizer)} tokens but the checkpoint "
+                                 f"{load} has a vocabulary of {vocab_size}: they do not belong together")
+
+
+def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
+    """Run every task; the results on global rank 0 (None elsewhere). Collective over the torchrun world."""
+    from ..device import select_backend
+
+    backend = select_backend(cfg.device)
+    backend.apply()
+    from transformers import AutoTokenizer
+
+    from ..generate.loading import load_model, read_args
+    from ..parallel import destroy_parallel, init_parallel
+    from ..prep.templates import load_template
+    from ..telemetry import Progress
+    from .model import InferenceModel
+    from .report import format_table, status_summary, task_result, write_json, report_to_termination_message
+    from .sandbox import humaneval_program, run_program
+    from .scoring import Prompter, choice_outcomes, generate_answers, open_outcomes, score_choices
+    from .tasks import load_task
+
+    # Read every task before anything heavy, so bad data fails in a second.
+    tasks = []
+    for task, path in zip(cfg.task, cfg.taskDataPath):
+        questions = load_task(task, path, cfg.shot)
+        if not questions:
+            raise TaskDataError(f"{path}: no {task} questions")
+        tasks.append((task, questions[: cfg.maxEvalSamples] if cfg.maxEvalSamples else questions))
+    template = load_template(cfg.promptType, None)
+    convert, tp, pp, _ = _layout(cfg)
+    info = init_parallel(backend, tp, pp, cfg.seed)
+    root = cfg.load
+    try:
+        if convert:
+            root = _convert(cfg, tp, pp, _is_hf_directory(cfg.load), info.rank)
+        iteration, args = read_args(root)
+        model_cfg, gpt, max_len = load_model(root, iteration, args, info.tp_rank, info.pp_rank, backend.torch_device)
+        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
+        check_vocabulary(tokenizer, model_cfg.vocabSize, cfg.load, cfg.tokenizerNameOrPath)
+        model = InferenceModel(gpt, model_cfg.vocabSize, max_len, info, backend.torch_device)
+        prompter = Prompter(tokenizer, template)
+        rank0 = info.rank == 0
+        results = []
+        for task, questions in tasks:
+            progress = Progress(f"evaluate {task}", total=len(questions), unit="questions", interval_s=10.0,
+                                enabled=rank0)
+            start, model.truncated = time.perf_counter(), 0
+            if isinstance(questions[0], ChoiceQuestion):
+                outcomes = choice_outcomes(questions, score_choices(model, prompter, questions,
+                                                                    cfg.evaluationBatchSize, progress))
+            else:
+                completions = generate_answers(model, prompter, questions, cfg.maxNewTokens, progress)
+                if not rank0:
+                    continue  # generated code runs once, on rank 0
+
+                def run_code(q, completion):
+                    return run_program(humaneval_program(q.prompt, completion, q.reference, q.entry_point),
+                                       cfg.codeTimeoutSeconds, cfg.codeMemoryMb)
+
+                outcomes = open_outcomes(task, questions, completions, run_code)
+            result = task_result(task, outcomes, time.perf_counter() - start)
+            if model.truncated:
+                result["truncatedPrompts"] = model.truncated
+                print(f"[evaluate] {task}: {model.truncated} prompts were longer than the model's {max_len} "
+                      "positions and lost their beginning", file=sys.stderr, flush=True)
+            progress.summary(f"{task}: accuracy {result['accuracy']:.4f} on {result['samples']} questions, "
+                             f"{result['questionsPerSecond']} questions/s")
+            results.append(result)
+        if not rank0:
+            return None
+        print(format_table(results), flush=True)
+        target = Path(cfg.resultsPath) if cfg.resultsPath else Path(cfg.load) / "evaluation_results.json"
+        summary = status_summary(results, cfg.load)
+        write_json(target, {**summary, "results": results})
+        print(f"[evaluate] results written to {target}", file=sys.stderr, flush=True)
+        report_to_termination_message(summary)
+        return results
+    finally:
+        if convert and info.rank == 0 and root != cfg.load:
+            shutil.rmtree(root, ignore_errors=True)
+        destroy_parallel()

@@ -1,0 +1,116 @@
+"""Questions -> predictions: choice questions by option likelihood (batched), open ones by greedy generation."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .answers import bbh_extract, cut_at_stop, gsm8k_extract
+from .questions import ChoiceQuestion, OpenQuestion
+
+
+@dataclass
+class Outcome:
+    id: str
+    subject: str
+    prediction: str
+    gold: str
+    correct: bool
+    scores: list[float] | None = None  # choice tasks: each option's log-likelihood
+    completion: str | None = None  # generative tasks: the generated text (cut at the stop sequences)
+
+
+class Prompter:
+    """Renders a question through the chat template (``empty``: unchanged) and tokenizes it."""
+
+    def __init__(self, tokenizer, template):
+        self.tokenizer, self.template = tokenizer, template
+        self.plain = template.user == "{content}" and not template.prefix
+
+    def render(self, text: str) -> str:
+        if self.plain:
+            return text
+        bos, eos = self.tokenizer.bos_token or "", self.tokenizer.eos_token or ""
+        head = self.template.prefix.replace("{bos}", bos).replace("{eos}", eos)
+        return head + self.template.user.replace("{bos}", bos).replace("{eos}", eos).replace("{content}", text)
+
+    def encode_choice(self, context: str, option: str) -> tuple[list[int], list[int]]:
+        """(context ids, option ids) such that their concatenation is how the tokenizer reads the whole text
+        where it splits at the boundary (lm-evaluation-harness's way), else the option on its own."""
+        context = self.render(context)
+        if not self.plain:
+            option = option.lstrip()
+        ctx = self.tokenizer(context)["input_ids"]
+        whole = self.tokenizer(context + option)["input_ids"]
+        if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
+            return ctx, whole[len(ctx):]
+        return ctx, self.tokenizer(option, add_special_tokens=False)["input_ids"]
+
+
+def _batches(items: list, size: int):
+    for i in range(0, len(items), size):
+        yield items[i: i + size]
+
+
+def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], batch_size: int,
+                  progress) -> list[tuple[int, list[float]]]:
+    """(predicted option, option log-likelihoods) per question. Questions whose options are distinct single
+    tokens take one row (the next-token distribution after the context); others one row per option."""
+    encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
+    single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
+    scores: list[list[float] | None] = [None] * len(questions)
+    one_row = [i for i, s in enumerate(single) if s]
+    for chunk in _batches(one_row, batch_size):
+        got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
+                                        [[c[0] for _, c in encoded[i]] for i in chunk])
+        for i, values in zip(chunk, got):
+            scores[i] = values
+        progress.update(len(chunk))
+    rows = [(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))]
+    sums: dict[int, list[float]] = {}
+    for chunk in _batches(rows, batch_size):
+        seqs = [encoded[i][k][0] + encoded[i][k][1] for i, k in chunk]
+        got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) for i, k in chunk])
+        for (i, k), value in zip(chunk, got):
+            sums.setdefault(i, [0.0] * len(encoded[i]))[k] = value
+            if k == len(encoded[i]) - 1:
+                progress.update(1)
+    for i, values in sums.items():
+        scores[i] = values
+    return [(max(range(len(s)), key=s.__getitem__), s) for s in scores]
+
+
+def choice_outcomes(questions: list[ChoiceQuestion], scored) -> list[Outcome]:
+    return [Outcome(q.id, q.subject, q.options[p].strip(), q.options[q.gold].strip(), p == q.gold, scores)
+            for q, (p, scores) in zip(questions, scored)]
+
+
+def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, progress) -> list[str]:
+    """Greedy completions, cut at each question's stop sequences."""
+    tok = prompter.tokenizer
+    stop_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    out = []
+    for q in questions:
+        ids = tok(prompter.render(q.prompt))["input_ids"]
+
+        def done(new, stop=q.stop):
+            return any(s in tok.decode(new) for s in stop)
+
+        new = model.greedy(ids, max_new, stop_ids, done)
+        out.append(cut_at_stop(tok.decode(new, skip_special_tokens=True), q.stop))
+        progress.update(1)
+    return out
+
+
+def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[str], run_code) -> list[Outcome]:
+    """Each task's own check: GSM8K's number, BBH's exact target, HumanEval's tests in the sandbox."""
+    outcomes = []
+    for q, text in zip(questions, completions):
+        if task == "gsm8k":
+            got = gsm8k_extract(text) or ""
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference, completion=text))
+        elif task == "bbh":
+            got = bbh_extract(text)
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference.strip(), completion=text))
+        else:
+            result = run_code(q, text)
+            outcomes.append(Outcome(q.id, q.subject, result.reason, "passed", result.passed, completion=text))
+    return outcomes

@@ -1,0 +1,48 @@
+"""A Megatron checkpoint as an inference model on this rank: shape and layout from its ``args``, weights from
+this rank's ``mp_rank_*`` file. Shared by ``generate`` and ``evaluate``."""
+from __future__ import annotations
+
+import torch
+
+from ..checkpoint.layout import checkpoint_file, read_latest
+
+
+def read_args(root: str):
+    """(latest iteration, the checkpoint's ``args`` namespace) from the first rank's file."""
+    from ..checkpoint.training import CheckpointMismatch
+
+    iteration = read_latest(root)
+    if iteration is None:
+        raise CheckpointMismatch(f"{root}: no latest_checkpointed_iteration.txt (not a Megatron checkpoint)")
+    for pp in (1, 2):  # the first rank's folder: mp_rank_00 (PP = 1) or mp_rank_00_000
+        path = checkpoint_file(root, iteration, 0, 0, pp)
+        if path.is_file():
+            args = torch.load(path, map_location="cpu", weights_only=False)["args"]
+            if getattr(args, "lora_r", None):
+                raise CheckpointMismatch(f"{root}: a LoRA adapter checkpoint; merge it into its base first "
+                                         "(`ascend-engine convert --lora-load ...`)")
+            return iteration, args
+    raise CheckpointMismatch(f"{root}: iteration {iteration} has no mp_rank_00 or mp_rank_00_000 folder")
+
+
+def layout(args) -> tuple[int, int]:
+    return int(args.tensor_model_parallel_size), int(args.pipeline_model_parallel_size)
+
+
+def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
+    """(ModelConfig, this rank's GPTModel stage in eval mode with the checkpoint's weights, max sequence length).
+    Megatron's parallel state must already be set up at the checkpoint's TP/PP."""
+    from ..config.train import ParallelConfig
+    from ..convert.megatron_io import model_config_from_args
+    from ..models.gpt import build_gpt_model
+
+    model = model_config_from_args(args, root)
+    tp, pp = layout(args)
+    max_len = int(getattr(args, "max_position_embeddings", None) or args.seq_length)
+    gpt = build_gpt_model(model, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), max_len)
+    gpt.to(device)
+    state = torch.load(checkpoint_file(root, iteration, tp_rank, pp_rank, pp), map_location="cpu",
+                       weights_only=False)
+    gpt.load_state_dict(state["model"], strict=False)
+    gpt.eval()
+    return model, gpt, max_len

@@ -1,0 +1,216 @@
+"""`ascend-engine evaluate` on tiny models: likelihoods equal transformers', layouts agree, a memorised set scores
+100% while held-out questions stay near chance, and every generative task's checker runs end to end."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_train_torchrun import VENV_BIN, assert_ok, free_port, run_train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from prep_support import build_tokenizer, preprocess, write_jsonl  # noqa: E402
+
+SUBJECTS = {"fox": ["jumps", "sleeps", "eats", "runs"], "data": ["tokens", "bytes", "words", "bits"]}
+
+
+def write_mmlu(root: Path, questions: list[tuple[str, str, list[str], str]], dev: bool = True) -> Path:
+    """MMLU's layout: ``test/<subject>_test.csv`` and ``dev/<subject>_dev.csv``, rows question,A,B,C,D,answer."""
+    by_subject: dict[str, list] = {}
+    for subject, q, options, answer in questions:
+        by_subject.setdefault(subject, []).append([q, *options, answer])
+    for subject, rows in by_subject.items():
+        for split in ("test", "dev") if dev else ("test",):
+            (root / split).mkdir(parents=True, exist_ok=True)
+            with open(root / split / f"{subject}_{split}.csv", "w", newline="") as f:
+                csv.writer(f).writerows(rows if split == "test" else rows[:1])
+    return root / "test"
+
+
+def evaluate(*flags: str, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "ascend_engine.cli", "evaluate", "--device", "cpu", *flags]
+    else:
+        cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), "-m", "ascend_engine.cli", "evaluate", "--device", "cpu", *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def random_qwen3(tmp_path_factory):
+    """A random tiny HF Qwen3 (2 layers, hidden 64), its Megatron conversion, a tokenizer and an MMLU-format set
+    plus a HellaSwag file (multi-token options: one row per option)."""
+    from ascend_engine.cli import main
+    from test_convert_models import make_hf_model
+
+    root = tmp_path_factory.mktemp("eval")
+    tok = build_tokenizer(root / "tok")
+    make_hf_model("qwen3", root / "hf", vocab_size=512, num_hidden_layers=2, max_position_embeddings=512)
+    questions = [(s, f"What does the quick brown {s} number {i} do?", options, "ABCD"[i % 4])
+                 for s, options in SUBJECTS.items() for i in range(4)]
+    mmlu = write_mmlu(root / "mmlu", questions)
+    write_jsonl(root / "hellaswag.jsonl", [
+        {"ctx": "The quick brown fox", "endings": ["jumps over the lazy dog.", "sleeps.", "eats well.",
+                                                   "hold tokens back to back."], "label": 0,
+         "activity_label": "Animals"},
+        {"ctx": "Megatron indexed datasets", "endings": ["hold tokens back to back.", "jumps.", "exercise",
+                                                         "user tool"], "label": 0, "activity_label": "Data"}])
+    write_jsonl(root / "gsm8k.jsonl", [{"question": "The quick brown fox has 3 dogs and 4 more. How many?",
+                                        "answer": "3 + 4 = 7\n#### 7"}])
+    write_jsonl(root / "humaneval.jsonl", [{"task_id": "t/0", "prompt": "def add(a, b):\n", "entry_point": "add",
+                                            "test": "def check(f):\n    assert f(2, 3) == 5\n"}])
+    assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
+                 "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
+    return root, tok, mmlu
+
+
+def _predictions(path: Path) -> list[dict]:
+    return [p for r in json.loads(path.read_text())["results"] for p in r["predictions"]]
+
+
+@pytest.mark.engine
+def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
+    """Straight from the HF directory (converted on the fly), with one few-shot example: every option's
+    log-likelihood equals the sum of transformers' log-probs over the same tokens to 1e-4."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ascend_engine.evaluate.scoring import Prompter
+    from ascend_engine.evaluate.tasks import load_task
+    from ascend_engine.prep.templates import load_template
+
+    root, tok, mmlu = random_qwen3
+    out = root / "hf_results.json"
+    proc = evaluate("--task", "mmlu", "hellaswag", "--task-data-path", str(mmlu), str(root / "hellaswag.jsonl"),
+                    "--load", str(root / "hf"), "--tokenizer-name-or-path", str(tok), "--shot", "1",
+                    "--evaluation-batch-size", "3", "--results-path", str(out))
+    assert_ok(proc)
+    assert "mmlu" in proc.stdout and "(all)" in proc.stdout
+    got = _predictions(out)
+    hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
+    prompter = Prompter(AutoTokenizer.from_pretrained(tok), load_template("empty", None))
+    questions = load_task("mmlu", str(mmlu), 1) + load_task("hellaswag", str(root / "hellaswag.jsonl"), 1)
+    assert [p["id"] for p in got] == [q.id for q in questions]
+    worst = 0.0
+    for q, p in zip(questions, got):
+        expected = []
+        for option in q.options:
+            ctx, cont = prompter.encode_choice(q.context, option)
+            with torch.no_grad():
+                logprobs = torch.log_softmax(hf(torch.tensor([ctx + cont])).logits[0].double(), -1)
+            expected.append(sum(float(logprobs[len(ctx) - 1 + j, t]) for j, t in enumerate(cont)))
+        worst = max(worst, max(abs(a - b) for a, b in zip(p["scores"], expected)))
+        assert p["prediction"] == q.options[max(range(len(expected)), key=expected.__getitem__)].strip()
+    assert worst <= 1e-4, worst
+    assert any(len(prompter.encode_choice(q.context, q.options[0])[1]) > 1 for q in questions)  # both paths ran
+
+
+@pytest.mark.engine
+def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3):
+    """GSM8K and HumanEval prompts: our greedy completion (no KV cache, forward-only schedule) is transformers'
+    greedy ``generate`` on the same model, cut at the task's stop sequences; HumanEval's verdict comes from the
+    sandbox."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ascend_engine.evaluate.answers import cut_at_stop
+    from ascend_engine.evaluate.tasks import load_task
+
+    root, tok, _ = random_qwen3
+    out = root / "gen_results.json"
+    assert_ok(evaluate("--task", "gsm8k", "humaneval", "--task-data-path", str(root / "gsm8k.jsonl"),
+                       str(root / "humaneval.jsonl"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
+                       str(tok), "--max-new-tokens", "6", "--results-path", str(out)))
+    got = _predictions(out)
+    hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tok)
+    questions = load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
+    for q, p in zip(questions, got):
+        ids = tokenizer(q.prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            new = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.eos_token_id)[0, ids.shape[1]:]
+        text = tokenizer.decode(new[new != tokenizer.eos_token_id], skip_special_tokens=True)
+        assert p["completion"] == cut_at_stop(text, q.stop), (p, text)
+    assert got[1]["correct"] is False and got[1]["prediction"].startswith("failed")  # random code fails its test
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("layout", [("1", "1", 1), ("2", "1", 2), ("1", "2", 2)], ids=["tp1pp1", "tp2", "pp2"])
+def test_layouts_give_identical_predictions(random_qwen3, layout):
+    """The TP1PP1 Megatron checkpoint evaluated at TP1PP1, TP2 and PP2 (resharded on the fly) predicts the
+    same option for every question, with the same likelihoods (fp32 reductions in another order: 1e-4)."""
+    root, tok, mmlu = random_qwen3
+    tp, pp, nproc = layout
+    reference = root / "tp1pp1_reference.json"
+    if not reference.exists():
+        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
+                           "--tokenizer-name-or-path", str(tok), "--results-path", str(reference)))
+    out = root / f"tp{tp}pp{pp}.json"
+    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
+                       "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
+                       "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc))
+    ref, got = _predictions(reference), _predictions(out)
+    assert [p["prediction"] for p in got] == [p["prediction"] for p in ref]
+    for a, b in zip(got, ref):
+        assert max(abs(x - y) for x, y in zip(a["scores"], b["scores"])) <= 1e-4
+
+
+@pytest.mark.engine
+def test_vocabulary_mismatch_is_refused_with_both_sizes(random_qwen3, tmp_path):
+    from test_convert_models import make_hf_model
+
+    root, tok, mmlu = random_qwen3
+    make_hf_model("qwen3", tmp_path / "small", vocab_size=128, num_hidden_layers=2, max_position_embeddings=512)
+    proc = evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(tmp_path / "small"),
+                    "--tokenizer-name-or-path", str(tok), "--results-path", str(tmp_path / "r.json"))
+    assert proc.returncode == 2
+    assert "has 400 tokens" in proc.stderr and "vocabulary of 128" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "r.json").exists()
+
+
+WORDS = ["quick", "brown", "fox", "lazy", "dog", "tips", "healthy", "sleep", "exercise", "tokens", "index",
+         "datasets", "assistant", "system", "tool", "response"]
+
+
+@pytest.mark.engine
+def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(tmp_path):
+    """Pretrain a tiny model on 8 MMLU-format questions with their answers; evaluated zero-shot it answers all
+    8 and does no better than guessing on 8 held-out questions of the same form (answers balanced A-D)."""
+    from ascend_engine.evaluate.tasks import load_task
+    from test_train_data import config
+
+    tok = build_tokenizer(tmp_path / "tok")
+    options = ["jumps", "sleeps", "eats", "runs"]
+    questions = [("animals", f"What does the {w} do?", options, "ABCD"[i % 4]) for i, w in enumerate(WORDS)]
+    seen = write_mmlu(tmp_path / "seen", questions[:8], dev=False)
+    held_out = write_mmlu(tmp_path / "held_out", questions[8:], dev=False)
+    # instruction data: the loss is on the answer only, so a few dozen steps learn each question's letter
+    records = [{"instruction": q.context, "input": "", "output": q.options[q.gold]}
+               for q in load_task("mmlu", str(seen), 0)]
+    assert preprocess("--input", write_jsonl(tmp_path / "seen.jsonl", records), "--tokenizer-name-or-path", tok,
+                      "--output-prefix", tmp_path / "seen", "--handler-name", "AlpacaStyleInstructionHandler",
+                      "--prompt-type", "empty", "--seq-length", "128") == 0
+    cfg = config({"dataPath": [str(tmp_path / "seen")], "isInstructionDataset": True}, trainIters=70,
+                 seqLength=128, microBatchSize=8, globalBatchSize=8) | {
+                     "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
+                     "checkpoint": {"save": str(tmp_path / "ckpt")}}
+    proc, steps = run_train(tmp_path, cfg, nproc=1, timeout=300)
+    assert_ok(proc)
+    accuracy = {}
+    for name, path in (("seen", seen), ("held_out", held_out)):
+        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(path), "--load", str(tmp_path / "ckpt"),
+                           "--tokenizer-name-or-path", str(tok), "--results-path", str(tmp_path / f"{name}.json")))
+        accuracy[name] = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][0]["accuracy"]
+    assert accuracy["seen"] == 1.0, (accuracy, [s[2] for s in steps][-5:])
+    assert accuracy["held_out"] <= 0.5, accuracy
+    # the report lands next to the checkpoint when no path is given
+    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(seen), "--load", str(tmp_path / "ckpt"),
+                       "--tokenizer-name-or-path", str(tok), "--max-eval-samples", "2"))
+    assert json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"][0]["samples"] == 2

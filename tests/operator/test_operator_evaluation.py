@@ -1,0 +1,79 @@
+"""An AscendTrainJob with an `evaluation:` block: the pods run train then evaluate, the results reach
+status.evaluation (and the Eval column), and a failed evaluation fails the job with its cause."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from kubernetes import client
+
+from test_operator_train_job import get_job, job, operator, pods_of, wait_for  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.operator
+
+EVALUATION = {"task": ["mmlu", "gsm8k"], "taskDataPath": ["/data/mmlu/test", "/data/gsm8k/test.jsonl"],
+              "tokenizerNameOrPath": "/models/qwen3", "shot": 5}
+
+
+def finish(api_client, pod_name, exit_code, message):
+    """What a kubelet reports when the container ends with a termination message."""
+    terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                  "message": json.dumps(message)}
+    status = {"phase": "Succeeded" if exit_code == 0 else "Failed", "podIP": "127.0.0.1",
+              "containerStatuses": [{"name": "engine", "ready": False, "restartCount": 0, "image": "x",
+                                     "imageID": "", "state": {"terminated": terminated}}]}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(pod_name, "default", {"status": status})
+
+
+def evaluation_job(name):
+    body = job(name, evaluation=EVALUATION)
+    body["spec"]["train"]["checkpoint"] = {"save": "/ckpt/llm"}
+    return body
+
+
+def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_client):
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", evaluation_job("ev"))
+    pods = wait_for(lambda: len(pods_of(api_client, "ev")) == 2 and pods_of(api_client, "ev"), what="2 pods")
+    config = client.CoreV1Api(api_client).read_namespaced_config_map("ev-config", "default").data
+    evaluation = yaml.safe_load(config["evaluation.yaml"])
+    assert evaluation["load"] == "/ckpt/llm" and evaluation["task"] == ["mmlu", "gsm8k"] and evaluation["shot"] == 5
+    script = pods[0].spec.containers[0].command
+    assert script[:2] == ["sh", "-c"]
+    train, evaluate = script[2].split(" && ")
+    assert train.endswith("-m ascend_engine train --config /etc/ascendtrain/config.yaml")
+    assert evaluate.endswith("-m ascend_engine evaluate --config /etc/ascendtrain/evaluation.yaml")
+    assert "--master-port=$((MASTER_PORT + 2))" in evaluate  # not the training store, which may still be closing
+    assert pods[1].spec.containers[0].command[-3:-1] == ["sh", "-c"]  # after wait-for-master
+    summary = {"summary": "mmlu=0.6200 gsm8k=0.1000", "checkpoint": "/ckpt/llm", "finishedAt": "2026-11-23T15:00:00Z",
+               "tasks": [{"task": "mmlu", "accuracy": 0.62, "samples": 14042, "seconds": 900.5},
+                         {"task": "gsm8k", "accuracy": 0.1, "samples": 1319, "seconds": 3000.0}]}
+    finish(api_client, "ev-0", 0, {"iteration": 10, "loss": 1.5, "evaluation": summary})
+    finish(api_client, "ev-1", 0, {})
+    status = wait_for(lambda: (s := get_job(api_client, "ev").get("status", {})).get("phase") == "Succeeded" and s,
+                      what="Succeeded")
+    assert status["evaluation"] == summary
+    assert status["progress"]["loss"] == 1.5 and "evaluation" not in status["progress"]
+
+
+def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client):
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", evaluation_job("evbad"))
+    wait_for(lambda: len(pods_of(api_client, "evbad")) == 2, what="2 pods")
+    cause = "bad task data: /data/mmlu/test/anatomy_test.csv:7: expected 6 columns, got 5"
+    finish(api_client, "evbad-0", 2, {"reason": "EvaluationFailed", "message": cause})
+    status = wait_for(lambda: (s := get_job(api_client, "evbad").get("status", {})).get("phase") == "Failed" and s,
+                      what="Failed")
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "EvaluationFailed" and cause in failed["message"]
+    assert status.get("restarts", 0) == 0  # not retried: the data would not get better
+
+
+def test_the_eval_printer_column():
+    from pathlib import Path
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "ascendtrainjobs.ascendtrain.dev.yaml")
+                         .read_text())
+    columns = {c["name"]: c["jsonPath"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Eval"] == ".status.evaluation.summary"

@@ -1,0 +1,152 @@
+"""Evaluation without a model: benchmark readers and their errors, GSM8K/BBH answer checks, the code sandbox."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ascend_engine.evaluate.answers import bbh_extract, cut_at_stop, gsm8k_extract, gsm8k_reference
+from ascend_engine.evaluate.questions import TaskDataError
+from ascend_engine.evaluate.sandbox import humaneval_program, run_program
+from ascend_engine.evaluate.tasks import load_task
+
+
+def _mmlu(root, rows="q?,a,b,c,d,B\n", dev=True):
+    (root / "test").mkdir(parents=True)
+    (root / "test" / "astronomy_test.csv").write_text(rows)
+    if dev:
+        (root / "dev").mkdir()
+        (root / "dev" / "astronomy_dev.csv").write_text("Which?,w,x,y,z,C\n")
+    return root / "test"
+
+
+def test_mmlu_prompt_with_a_few_shot_example(tmp_path):
+    [q] = load_task("mmlu", str(_mmlu(tmp_path)), shot=1)
+    assert q.context == ("The following are multiple choice questions (with answers) about astronomy.\n\n"
+                         "Which?\nA. w\nB. x\nC. y\nD. z\nAnswer: C\n\nq?\nA. a\nB. b\nC. c\nD. d\nAnswer:")
+    assert q.options == [" A", " B", " C", " D"] and q.gold == 1 and q.subject == "astronomy"
+
+
+def test_missing_subject_dev_file_is_named(tmp_path):
+    with pytest.raises(TaskDataError, match=r"dev/astronomy_dev.csv: missing subject file"):
+        load_task("mmlu", str(_mmlu(tmp_path, dev=False)), shot=5)
+    assert load_task("mmlu", str(tmp_path / "test"), shot=0)  # zero-shot needs no dev split
+
+
+def test_malformed_csv_row_names_file_and_line(tmp_path):
+    test = _mmlu(tmp_path, rows='q1,a,b,c,d,A\n"a question\nover two lines",a,b,c,d,B\nq3,a,b,c,A\n')
+    with pytest.raises(TaskDataError, match=r"astronomy_test.csv:4: expected 6 columns, got 5"):
+        load_task("mmlu", str(test), shot=0)
+    (test / "astronomy_test.csv").write_text("q1,a,b,c,d,E\n")
+    with pytest.raises(TaskDataError, match=r"astronomy_test.csv:1: answer 'E' is not one of A, B, C, D"):
+        load_task("mmlu", str(test), shot=0)
+
+
+def test_ceval_and_cmmlu_read_their_headers(tmp_path):
+    (tmp_path / "val").mkdir()
+    (tmp_path / "val" / "law_val.csv").write_text("id,question,A,B,C,D,answer,explanation\n0,问?,甲,乙,丙,丁,D,\n")
+    [q] = load_task("ceval", str(tmp_path / "val"), shot=0)
+    assert q.context.endswith("问?\nA. 甲\nB. 乙\nC. 丙\nD. 丁\n答案：") and q.gold == 3 and q.options[0] == "A"
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "art.csv").write_text(",Question,A,B,C,D,Answer\n0,问?,甲,乙,丙,丁,A\n")
+    [q] = load_task("cmmlu", str(tmp_path / "test"), shot=0)
+    assert q.subject == "art" and q.gold == 0
+
+
+def test_malformed_jsonl_line_names_file_and_line(tmp_path):
+    path = tmp_path / "boolq.jsonl"
+    path.write_text(json.dumps({"question": "is it", "passage": "p", "answer": True}) + "\n\n{not json\n")
+    with pytest.raises(TaskDataError, match=r"boolq.jsonl:3: not valid JSON"):
+        load_task("boolq", str(path), 0)
+    path.write_text(json.dumps({"question": "is it", "answer": True}) + "\n")
+    with pytest.raises(TaskDataError, match=r"boolq.jsonl:1: missing passage"):
+        load_task("boolq", str(path), 0)
+
+
+def test_jsonl_choice_tasks(tmp_path):
+    (tmp_path / "b.jsonl").write_text(json.dumps({"question": "is water wet", "passage": "P.", "label": 1}) + "\n")
+    [q] = load_task("boolq", str(tmp_path / "b.jsonl"), 0)
+    assert q.context == "P.\nQuestion: is water wet?\nAnswer:" and q.options == [" no", " yes"] and q.gold == 1
+    (tmp_path / "h.jsonl").write_text(json.dumps(
+        {"ctx": "A man", "endings": ["runs.", "sits."], "label": "1", "activity_label": "Sports"}) + "\n")
+    [q] = load_task("hellaswag", str(tmp_path / "h.jsonl"), 0)
+    assert q.subject == "Sports" and q.options == [" runs.", " sits."] and q.gold == 1
+    (tmp_path / "agi").mkdir()
+    (tmp_path / "agi" / "lsat-ar.jsonl").write_text(
+        json.dumps({"passage": None, "question": "Q", "options": ["(A)x", "(B)y"], "label": "B"}) + "\n" +
+        json.dumps({"passage": None, "question": "cloze", "options": None, "label": None, "answer": "3"}) + "\n")
+    [q] = load_task("agieval", str(tmp_path / "agi"), 0)
+    assert q.subject == "lsat-ar" and q.context == "Q\n(A)x\n(B)y\nAnswer:" and q.gold == 1
+
+
+def test_gsm8k_answer_extraction():
+    assert gsm8k_reference("She pays 3*4=12.\n#### 1,200", "f:1") == "1200"
+    with pytest.raises(TaskDataError, match="f:2: GSM8K answer has no"):
+        gsm8k_reference("12", "f:2")
+    assert gsm8k_extract("First 3 + 4 = 7. Then 7 * 2 = 14. The answer is 14.") == "14"
+    assert gsm8k_extract("The answer is $1,250.00, not 3.") == "1250"
+    assert gsm8k_extract("3 apples and then 5 more makes 8") == "8"
+    assert gsm8k_extract("#### -4") == "-4"
+    assert gsm8k_extract("0.5 of 3 is 1.5") == "1.5"
+    assert gsm8k_extract("no number at all") is None
+    assert cut_at_stop("The answer is 8.\n\nQuestion: next", ["\n\n", "Question:"]) == "The answer is 8."
+
+
+def test_gsm8k_and_bbh_readers(tmp_path):
+    rows = [{"question": f"q{i}", "answer": f"work\n#### {i}"} for i in range(3)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "test.jsonl").write_text(json.dumps(rows[2]) + "\n")
+    [q] = load_task("gsm8k", str(tmp_path / "test.jsonl"), 2)
+    assert q.prompt.startswith("Question: q0\nAnswer: work The answer is 0.\n\n") and q.reference == "2"
+    (tmp_path / "bbh").mkdir()
+    (tmp_path / "bbh" / "navigate.json").write_text(json.dumps(
+        {"examples": [{"input": "go", "target": "Yes"}, {"input": "stay", "target": "No"}]}))
+    [q] = load_task("bbh", str(tmp_path / "bbh"), 1)
+    assert q.prompt == "Q: go\nA: Yes\n\nQ: stay\nA:" and q.reference == "No"
+    assert bbh_extract(" No.\nbecause") == "No"
+
+
+ADD = {"prompt": "def add(a, b):\n", "test": "def check(f):\n    assert f(2, 3) == 5\n", "entry_point": "add"}
+
+
+def _run(completion: str, **limits):
+    return run_program(humaneval_program(ADD["prompt"], completion, ADD["test"], ADD["entry_point"]), **limits)
+
+
+def test_humaneval_correct_and_wrong_completions():
+    assert _run("    return a + b\n").passed
+    result = _run("    return a - b\n")
+    assert not result.passed and "AssertionError" in result.reason
+
+
+def test_humaneval_infinite_loop_is_killed_at_the_time_limit():
+    start = time.monotonic()
+    result = _run("    while True:\n        pass\n", timeout_s=2)
+    assert not result.passed and result.reason == "timed out"
+    assert time.monotonic() - start < 10
+
+
+def test_humaneval_cannot_write_outside_its_directory_or_reach_the_network(tmp_path):
+    target = tmp_path / "owned.txt"
+    result = _run(f"    open({str(target)!r}, 'w').write('x')\n    return a + b\n")
+    assert not result.passed and "outside the sandbox" in result.reason and not target.exists()
+    result = _run(f"    import os\n    os.remove({str(tmp_path)!r})\n    return a + b\n")
+    assert not result.passed and tmp_path.exists()
+    result = _run(f"    import os\n    os.system('touch {target}')\n    return a + b\n")
+    assert not result.passed and not target.exists()
+    result = _run("    import socket\n    socket.socket().connect(('127.0.0.1', 9))\n    return a + b\n")
+    assert not result.passed and "socket" in result.reason
+    # its own directory is writable, and memory is capped
+    assert _run("    open('scratch.txt', 'w').write('ok')\n    return a + b\n").passed
+    result = _run("    x = bytearray(1 << 31)\n    return a + b\n", memory_mb=256)
+    assert not result.passed and "MemoryError" in result.reason
+
+
+def test_config_needs_one_data_path_per_task():
+    from pydantic import ValidationError
+
+    from ascend_engine.config.evaluate import EvaluateConfig
+
+    with pytest.raises(ValidationError, match="taskDataPath has 1 entries for 2 tasks"):
+        EvaluateConfig(task=["mmlu", "gsm8k"], taskDataPath=["x"], load="c", tokenizerNameOrPath="t")
