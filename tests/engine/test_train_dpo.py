@@ -99,51 +99,54 @@ def test_chosen_replies_become_preferred(tmp_path, pairs, stage):
     assert margins[-1] > margins[0] + 0.5, margins
 
 
-@pytest.mark.engine
-def test_lora_dpo_keeps_the_base_and_resumes_exactly(tmp_path, pairs):
-    """LoRA-DPO: the reference is the base (adapters off), so the first loss is ln 2; the base stays bit-identical.
-    Full DPO resumed from its checkpoint with refModel = the starting weights continues the straight run."""
-    base = tmp_path / "base"
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """A starting checkpoint (one pretraining step on synthetic tokens) for LoRA and for the reference."""
+    tmp = tmp_path_factory.mktemp("base")
     warm = {**TINY, "model": MODEL, "training": {**TINY["training"], "trainIters": 1},
-            "checkpoint": {"save": str(base)}}
-    assert run_single(tmp_path, warm)[0]
+            "checkpoint": {"save": str(tmp / "ckpt")}}
+    assert run_single(tmp, warm)[0]
+    return tmp / "ckpt"
 
+
+def run_process(tmp_path: Path, cfg: dict, *argv: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+    return subprocess.run([sys.executable, *argv, str(path)], capture_output=True, text=True, timeout=120,
+                          env={**env, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.engine
+def test_lora_dpo_reference_is_the_untouched_base(tmp_path, pairs, base):
+    """The reference is the base with adapters off, so the first loss is ln 2; training moves only the adapters."""
     lora = {**dpo_config(pairs, trainIters=6), "checkpoint": {"load": str(base)},
             "optimizer": {"lr": 1e-2, "lrDecayStyle": "constant"},
             "lora": {"loraR": 4, "loraAlpha": 8.0, "loraTargetModules": ["linear_qkv", "linear_fc2"]}}
-    path = tmp_path / "lora.yaml"
-    path.write_text(yaml.safe_dump(lora))
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-    proc = subprocess.run([sys.executable, "-c", FROZEN_CHECK, str(path)], capture_output=True, text=True,
-                          timeout=120, env={**env, "OMP_NUM_THREADS": "1"})
+    proc = run_process(tmp_path, lora, "-c", FROZEN_CHECK)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "BASE_CHANGED []" in proc.stdout, proc.stdout
     steps = metrics(proc.stdout)
     assert abs(steps[0][0] - math.log(2)) < 1e-6 and steps[0][3] == 0.0, steps
     assert steps[-1][3] > 0 and steps[-1][0] < steps[0][0], steps  # adapters moved the policy off the base
 
-    full = {**dpo_config(pairs, trainIters=4), "checkpoint": {"load": str(base), "finetune": True}}
-    _, out = run_single(tmp_path, full)
-    straight = metrics(out)
-    ckpt = tmp_path / "dpo"
-    first, _ = run_single(tmp_path, {**full, "checkpoint": {**full["checkpoint"], "save": str(ckpt)}},
-                          "--exit-interval", "2")
-    resumed = {**full, "checkpoint": {"load": str(ckpt), "save": str(ckpt)},
-               "preference": {"refModel": str(base)}}
-    _, out = run_single(tmp_path, resumed)
-    assert "loaded checkpoint" in out
-    np.testing.assert_allclose([s[0] for s in metrics(out)], [s[0] for s in straight[2:]], rtol=1e-6)
-
 
 @pytest.mark.engine
-def test_resuming_dpo_without_ref_model_is_refused(tmp_path, pairs):
+def test_dpo_resumes_exactly_with_its_reference(tmp_path, pairs, base):
+    """4 steps straight (saving at 2 and 4), then again from the iteration-2 checkpoint with refModel = the
+    starting weights: steps 3 and 4 repeat. Without refModel the resumed run would take the trained policy as
+    its reference; it is refused instead."""
     ckpt = tmp_path / "dpo"
-    cfg = {**dpo_config(pairs, trainIters=2), "checkpoint": {"save": str(ckpt)}}
-    run_single(tmp_path, cfg, "--exit-interval", "1")
-    path = tmp_path / "again.yaml"
-    path.write_text(yaml.safe_dump({**cfg, "checkpoint": {"load": str(ckpt), "save": str(ckpt)}}))
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-    proc = subprocess.run([sys.executable, "-m", "ascend_engine.cli", "train", "--config", str(path)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    straight = {**dpo_config(pairs, trainIters=4),
+                "checkpoint": {"load": str(base), "finetune": True, "save": str(ckpt), "saveInterval": 2}}
+    _, out = run_single(tmp_path, straight)
+    losses = [s[0] for s in metrics(out)]
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("2")
+    resumed = {**straight, "checkpoint": {"load": str(ckpt)}}
+    _, out = run_single(tmp_path, {**resumed, "preference": {"refModel": str(base)}})
+    assert "loaded checkpoint" in out
+    np.testing.assert_allclose([s[0] for s in metrics(out)], losses[2:], rtol=1e-6)
+
+    proc = run_process(tmp_path, resumed, "-m", "ascend_engine.cli", "train", "--config")
     assert proc.returncode != 0
-    assert "preference.refModel" in proc.stderr and "trained policy" in proc.stderr
+    assert "preference.refModel" in proc.stderr and "trained policy" in proc.stderr, proc.stderr[-2000:]
