@@ -176,7 +176,7 @@ class DataConfig(EngineModel):
     """Instruction data with variableSeqLengths: round micro-batch lengths up to a multiple of this."""
     isPairwiseDataset: Annotated[bool, Flag("--is-pairwise-dataset")] = False
     """dataPath holds preference pairs (<prefix>_packed_{chosen,rejected}_{input_ids,attention_mask,labels}_document),
-    for the dpo and simpo stages."""
+    as the dpo and simpo stages always read (MindSpeed-LLM's flag, accepted for their launch scripts)."""
     neatPack: Annotated[bool, Flag("--neat-pack")] = False
     """Instruction data prepared with neatPack: attention and positions stay inside each packed sample (the
     attention mask numbers the samples 1..k, 0 for padding)."""
@@ -257,8 +257,8 @@ class TrainConfig(EngineModel):
     device: Annotated[Literal["auto", "npu", "cuda", "cpu"], Flag("--device")] = "auto"
     """Accelerator backend; auto picks npu, then cuda, then cpu."""
     stage: Annotated[Stage | None, Flag("--stage")] = None
-    """Training objective: pretrain or sft (next-token loss; unset picks by data.isInstructionDataset), dpo or
-    simpo (preference pairs, data.isPairwiseDataset)."""
+    """Training objective: pretrain or sft (the next-token loss; which one follows data.isInstructionDataset), dpo
+    or simpo (preference pairs from pairwise data)."""
     model: ModelConfig = ModelConfig()
     """Model architecture."""
     parallel: ParallelConfig = ParallelConfig()
@@ -296,12 +296,17 @@ class TrainConfig(EngineModel):
         if warmup >= t.trainIters:
             raise ValueError(f"optimizer warm-up ({warmup} iterations) must be shorter than "
                              f"training.trainIters ({t.trainIters})")
-        if (self.stage in PAIRWISE_STAGES) != self.data.isPairwiseDataset:
-            raise ValueError(f"stage {self.stage}: data.isPairwiseDataset (--is-pairwise-dataset) is for and only "
-                             f"for the stages {', '.join(PAIRWISE_STAGES)}")
+        if self.data.isPairwiseDataset and self.stage not in PAIRWISE_STAGES:
+            raise ValueError(f"data.isPairwiseDataset (--is-pairwise-dataset) needs stage "
+                             f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         return self
+
+    @property
+    def pairwise_data(self) -> bool:
+        """The dpo and simpo stages read preference pairs (with or without --is-pairwise-dataset)."""
+        return self.data.isPairwiseDataset or self.stage in PAIRWISE_STAGES
 
     def check_world_size(self, world_size: int) -> int:
         """Validate against the launched world; returns the data-parallel size."""

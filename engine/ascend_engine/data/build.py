@@ -43,14 +43,14 @@ class SyntheticData:
 
 def build_train_data(cfg: TrainConfig) -> TrainData | SyntheticData:
     d, t = cfg.data, cfg.training
-    if d.isPairwiseDataset and (d.mockData or not d.dataPath):
+    if cfg.pairwise_data and (d.mockData or not d.dataPath):
         from .sources import DataError
 
         raise DataError(f"stage {cfg.stage}: needs preference pairs in data.dataPath (no synthetic pairwise data)")
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
-    sources = parse_data_path(d.dataPath, d.isInstructionDataset, d.isPairwiseDataset)
-    if d.isPairwiseDataset:
+    sources = parse_data_path(d.dataPath, d.isInstructionDataset, cfg.pairwise_data)
+    if cfg.pairwise_data:
         datasets = [PairwiseDataset(s.files, t.seed, d.split, s.prefix) for s in sources]
         batch = partial(pairwise_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
                         pad_to_multiple_of=d.padToMultipleOf)
