@@ -2,7 +2,8 @@
 
 Each micro-batch holds ``m`` pairs as ``2m`` rows (chosen first). The model's per-token cross-entropy is the
 vocab-parallel one Megatron computes under TP, so a reply's log-probability is minus its sum over the reply's
-tokens (prompt labels are -100 and masked), on the last pipeline stage.
+tokens (prompt labels are -100 and masked), on the last pipeline stage, with the vocabulary's padding rows kept
+out of the softmax so the probabilities are the HuggingFace model's.
 
 DPO needs the same log-probabilities under a frozen reference. Before each step the reference runs the step's
 micro-batches through the same pipeline schedule, forward only, and the results ride along with the batches to
@@ -100,7 +101,7 @@ class PreferenceStage(Stage):
 
         def reference_step(data_iterator, model):
             batch = next(data_iterator)
-            output = per_token_loss(self.trainer, model, batch)
+            output = per_token_loss(self.trainer, model, batch, real_vocab_only=True)
             return output, partial(self._logps_only, batch["loss_mask"].to(output.device))
 
         with torch.no_grad(), self._reference_mode() as model:
@@ -123,7 +124,7 @@ class PreferenceStage(Stage):
 
     def forward_step(self, data_iterator, model):
         batch = next(data_iterator)
-        output = per_token_loss(self.trainer, model, batch)
+        output = per_token_loss(self.trainer, model, batch, real_vocab_only=True)
         return output, partial(self._loss, batch["loss_mask"].to(output.device), batch.get("ref_logps"))
 
     def _loss(self, loss_mask: torch.Tensor, ref_logps: torch.Tensor | None, output_tensor: torch.Tensor):
