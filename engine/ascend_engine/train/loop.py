@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+
 import torch
 
 from ..config.train import TrainConfig
@@ -91,7 +92,7 @@ class Trainer:
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
-            t.seqLength, t.globalBatchSize, cfg.model.swiglu)
+            t.seqLength, t.globalBatchSize * self.stage.rows_per_sample, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
 
@@ -150,7 +151,7 @@ class Trainer:
         progress.done = self.iteration
         losses: list[float] = []
         checkpoint: str | None = None
-        tokens_per_step = t.globalBatchSize * t.seqLength
+        tokens_per_step = t.globalBatchSize * self.stage.rows_per_sample * t.seqLength
         start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
         first_iteration = self.iteration
         while self.iteration < t.trainIters:
