@@ -18,13 +18,14 @@ from functools import partial
 
 import torch
 
+from ...config.loader import ConfigError
 from ...config.train import TrainConfig
 from .base import Batch, Stage, per_token_loss
 from .preference_loss import dpo_losses, sequence_logps, simpo_losses
 
 
-class ReferenceError(ValueError):
-    """A DPO run without a usable reference model; the message says what to set."""
+class ReferenceModelError(ConfigError):
+    """A DPO run without a usable reference model; the message says what to set (the CLI exits 2)."""
 
 
 class PreferenceStage(Stage):
@@ -53,7 +54,7 @@ class PreferenceStage(Stage):
         cfg, trainer = self.cfg, self.trainer
         ref_path = cfg.preference.refModel
         if ref_path is None and trainer.iteration > 0:
-            raise ReferenceError(
+            raise ReferenceModelError(
                 f"preference.refModel (--ref-model): this DPO run resumes at iteration {trainer.iteration} from "
                 f"{cfg.checkpoint.load}, which is the trained policy; set refModel to the checkpoint DPO started from")
         from ...checkpoint.training import rng_state, set_rng_state
