@@ -109,7 +109,7 @@ def _worker(config: str) -> None:
 
     trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(config))), select_backend("cpu"))
     batch = trainer.data.batch([trainer.data.sample(i) for i in range(PAIRS)])
-    [batch] = trainer.stage.prepare([batch])
+    [batch] = trainer.stage.prepare(iter([batch]))
     with torch.no_grad():
         out = per_token_loss(trainer, trainer.model, batch, real_vocab_only=True)
         policy = trainer.stage._logps(batch["loss_mask"], out)

@@ -108,11 +108,10 @@ class Trainer:
         t = self.cfg.training
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        data = self.stage.prepare(list(micro_batches(self.data.sample, self.data.batch, self.consumed,
-                                                     t.microBatchSize, self.info.dp, self.info.dp_rank,
-                                                     self.num_micro)))
+        data = self.stage.prepare(micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize,
+                                                self.info.dp, self.info.dp_rank, self.num_micro))
         losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=iter(data), model=[self.model],
+            forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
             num_microbatches=self.num_micro, seq_length=t.seqLength,
             micro_batch_size=t.microBatchSize * self.stage.rows_per_sample, forward_only=False)
         applied, grad_norm, _ = self.optimizer.step()

@@ -1,6 +1,7 @@
 """The seam between the loop and a stage (see ``stages/__init__.py``)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -25,8 +26,9 @@ class Stage:
         """Called once the trainer's model and starting checkpoint are in place."""
         self.trainer = trainer
 
-    def prepare(self, batches: list[Batch]) -> list[Batch]:
-        """This step's micro-batches, before the schedule runs (collective on all ranks)."""
+    def prepare(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """This step's micro-batches, before the schedule runs (collective on all ranks). The default keeps them
+        lazy: a neat-packed micro-batch's attention mask is [b, 1, s, s]."""
         return batches
 
     def forward_step(self, data_iterator, model):

@@ -14,6 +14,7 @@ itself with its adapters switched off, so there is no second copy.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from functools import partial
 
 import torch
@@ -92,12 +93,13 @@ class PreferenceStage(Stage):
         finally:
             model.train()
 
-    def prepare(self, batches: list[Batch]) -> list[Batch]:
+    def prepare(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         """Attach the reference's sequence log-probabilities (DPO; on the last pipeline stage)."""
         if not self.dpo:
             return batches
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        batches = list(batches)  # read twice: by the reference, then by the policy
         t = self.cfg.training
 
         def reference_step(data_iterator, model):
@@ -112,7 +114,7 @@ class PreferenceStage(Stage):
                 micro_batch_size=t.microBatchSize * self.rows_per_sample, forward_only=True)
         for batch, result in zip(batches, results or []):
             batch["ref_logps"] = result["logps"]
-        return batches
+        return iter(batches)
 
     def _logps(self, loss_mask: torch.Tensor, output_tensor: torch.Tensor) -> torch.Tensor:
         logps, lengths = sequence_logps(output_tensor, loss_mask)
