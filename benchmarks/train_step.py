@@ -91,7 +91,8 @@ def main() -> None:
     from ascend_engine.device import select_backend
     from ascend_engine.models.gpt import rope_positions
     from ascend_engine.train.batches import micro_batches
-    from ascend_engine.train.loop import Trainer, _loss_func, unwrap
+    from ascend_engine.train.loop import Trainer, unwrap
+    from ascend_engine.train.stages.language_model import masked_mean_loss
 
     workdir = tempfile.TemporaryDirectory(prefix="train-step-bench-")
     prefix, vocab = make_dataset(Path(workdir.name), args.vocab_size, args.corpus_mb)
@@ -124,7 +125,7 @@ def main() -> None:
         b = next(data_iterator)
         positions = torch.arange(b["tokens"].shape[1], device=device).unsqueeze(0).expand_as(b["tokens"])
         return (model(b["tokens"], rope_positions(gpt, positions), None, labels=b["labels"]),
-                partial(_loss_func, b["loss_mask"]))
+                partial(masked_mean_loss, b["loss_mask"]))
 
     def bare_step(batches: list[dict]) -> None:
         trainer.model.zero_grad_buffer()

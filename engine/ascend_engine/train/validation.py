@@ -41,12 +41,13 @@ def validation_loss(trainer) -> float:
     trainer.model.eval()
     with torch.no_grad():
         for step in range(t.evalIters):
-            data = micro_batches(trainer.valid.sample, trainer.valid.batch, step * t.globalBatchSize,
-                                 t.microBatchSize, info.dp, info.dp_rank, trainer.num_micro)
+            data = trainer.stage.prepare(micro_batches(
+                trainer.valid.sample, trainer.valid.batch, step * t.globalBatchSize, t.microBatchSize, info.dp,
+                info.dp_rank, trainer.num_micro, trainer.vocab_size))
             losses += get_forward_backward_func()(
                 forward_step_func=trainer._forward_step, data_iterator=data, model=[trainer.model],
-                num_microbatches=trainer.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
-                forward_only=True)
+                num_microbatches=trainer.num_micro, seq_length=t.seqLength,
+                micro_batch_size=t.microBatchSize * trainer.stage.rows_per_sample, forward_only=True)
     trainer.model.train()
     return trainer._average_loss(losses)
 
