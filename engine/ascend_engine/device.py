@@ -7,6 +7,7 @@ the same thing with a small shim (``_install_cpu_shim``), so one training code p
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -130,6 +131,43 @@ def _remap_device_kwarg(fn):
     return wrapper
 
 
+class _CpuEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _CpuStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None) -> _CpuEvent:
+        return event or _CpuEvent()
+
+    def synchronize(self) -> None:
+        pass
+
+
+_CPU_STREAM = _CpuStream()
+
+
 def _install_cpu_shim() -> None:
     """Make Megatron-core's CUDA calls land on the CPU (the idea of torch_npu's transfer_to_npu)."""
     for fname in _FACTORIES:
@@ -167,6 +205,12 @@ def _install_cpu_shim() -> None:
     cuda.manual_seed = cuda.random.manual_seed = seed_cpu
     cuda.manual_seed_all = cuda.random.manual_seed_all = seed_cpu
     cuda.default_generators = (torch.default_generator,)
+    # Streams and events (MoE token dispatchers overlap device-to-host copies on a side stream): on the CPU
+    # everything is synchronous, so one stream object that waits on nothing and events that are always done.
+    cuda.Stream = _CpuStream
+    cuda.Event = _CpuEvent
+    cuda.current_stream = lambda device=None: _CPU_STREAM
+    cuda.stream = lambda stream=None: contextlib.nullcontext()
     # torch.cuda._lazy_call queues callbacks until CUDA initialises, which never happens here: run them now.
     cuda._lazy_call = lambda fn, **kwargs: fn()
     import megatron.core.tensor_parallel.random as mcore_random

@@ -59,14 +59,18 @@ def _gather_over_dp(obj) -> list:
 
 
 def save_training_checkpoint(trainer):
-    """Collective. One file per model-parallel rank, written by data-parallel rank 0 of each."""
+    """Collective. One file per model-parallel rank (TP, PP and EP), written by data-parallel rank 0 of each
+    (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written)."""
+    from megatron.core import parallel_state
+
     from ..train.loop import unwrap
 
     cfg, info = trainer.cfg, trainer.info
     rngs = _gather_over_dp(rng_state())
     distributed = cfg.parallel.useDistributedOptimizer
     state = None
-    if info.dp_rank == 0:
+    writer = parallel_state.get_expert_data_parallel_rank() == 0 if info.ep > 1 else info.dp_rank == 0
+    if writer:
         model = unwrap(trainer.model).state_dict_for_save_checkpoint()
         if cfg.lora.enabled:
             from ..models.lora import adapter_state
@@ -84,13 +88,16 @@ def save_training_checkpoint(trainer):
         trainer.optimizer.save_parameter_state(str(rank_dir / DISTRIB_OPTIM_FILE))
 
     return save_checkpoint(cfg.checkpoint.save, trainer.iteration, state, info.tp_rank, info.pp_rank, info.pp,
-                           is_rank0=info.rank == 0, write_collective=write_optimizer_shards if distributed else None)
+                           is_rank0=info.rank == 0, write_collective=write_optimizer_shards if distributed else None,
+                           ep_rank=info.ep_rank, ep=info.ep)
 
 
 def _check_layout(args, cfg, where) -> None:
     p = cfg.parallel
     for name, ours in (("tensor_model_parallel_size", p.tensorModelParallelSize),
                        ("pipeline_model_parallel_size", p.pipelineModelParallelSize),
+                       ("expert_model_parallel_size", p.expertModelParallelSize),
+                       ("num_experts", cfg.model.numExperts),
                        ("num_layers", cfg.model.numLayers), ("hidden_size", cfg.model.hiddenSize)):
         theirs = getattr(args, name, ours)
         if theirs != ours:
@@ -108,7 +115,7 @@ def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
             print(f"no checkpoint in {root} (no latest_checkpointed_iteration.txt): starting fresh",
                   file=sys.stderr, flush=True)
         return None
-    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp)
+    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
     path = folder / MODEL_FILE
     if not path.is_file():
         raise CheckpointMismatch(f"{path}: missing; the checkpoint does not have this run's tensor/pipeline layout")

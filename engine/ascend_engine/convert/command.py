@@ -64,11 +64,20 @@ def layer_counts_for(cfg: ConvertConfig, num_layers: int) -> list[int]:
     return [num_layers // pp] * pp
 
 
-def _check_tp(model: ModelConfig, tp: int) -> None:
-    for name, value in (("numAttentionHeads", model.numAttentionHeads), ("numQueryGroups", model.num_query_groups),
-                        ("ffnHiddenSize", model.ffn_hidden_size), ("paddedVocabSize", model.padded_vocab_size(tp))):
+def _check_tp(model: ModelConfig, tp: int, ep: int) -> None:
+    sizes = [("numAttentionHeads", model.numAttentionHeads), ("numQueryGroups", model.num_query_groups),
+             ("ffnHiddenSize", model.ffn_hidden_size), ("paddedVocabSize", model.padded_vocab_size(tp))]
+    if model.numExperts is not None:
+        sizes += [("moeFfnHiddenSize", model.moe_ffn_hidden_size),
+                  ("moeSharedExpertIntermediateSize", model.moeSharedExpertIntermediateSize or tp)]
+    for name, value in sizes:
         if value % tp:
             raise ConfigError(f"targetTensorParallelSize ({tp}) does not divide the model's {name} ({value})")
+    if ep > 1 and model.numExperts is None:
+        raise ConfigError(f"targetExpertParallelSize ({ep}) needs an MoE model; this one has no experts")
+    if model.numExperts is not None and model.numExperts % ep:
+        raise ConfigError(f"targetExpertParallelSize ({ep}) does not divide the model's numExperts "
+                          f"({model.numExperts})")
     if model.padded_vocab_size(tp) < model.vocabSize:
         raise ConfigError(f"paddedVocabSize ({model.padded_vocab_size(tp)}) is smaller than the vocabulary "
                           f"({model.vocabSize})")
@@ -147,14 +156,14 @@ def convert(cfg: ConvertConfig) -> dict:
 
     if cfg.saveModelType == "mg":
         target = _mg_target(cfg, source)
-        tp = cfg.targetTensorParallelSize
-        _check_tp(target, tp)
+        tp, ep = cfg.targetTensorParallelSize, cfg.targetExpertParallelSize
+        _check_tp(target, tp, ep)
         counts = layer_counts_for(cfg, target.numLayers)
         iteration = source.iteration
         _check_output(cfg, iteration)
 
         def write(root: Path, meta: bool, progress=None):
-            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress)
+            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress, ep)
     else:
         target, family, template = _hf_target(cfg, source)
         _check_output(cfg, None)
@@ -199,7 +208,8 @@ def convert(cfg: ConvertConfig) -> dict:
     report = {"status": "Succeeded", "saveDir": cfg.saveDir, "format": cfg.saveModelType,
               "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2)}
     if cfg.saveModelType == "mg":
-        report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts))
+        report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts),
+                      expertModelParallelSize=ep)
     return report
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from ..config.train import ModelConfig, ParallelConfig
 from ..device import applied_backend
 from .init import init_layout_independent
+from .sequence_parallel_norm import with_sequence_parallel_norms
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtype: torch.dtype = torch.float32,
@@ -57,10 +58,34 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtyp
         deallocate_pipeline_outputs=True,
         attention_softmax_in_fp32=True,
         variable_seq_lengths=variable_seq_lengths,
-        # Megatron refuses variable lengths with the (MoE-only) allgather dispatcher; these models have no MoE.
-        moe_token_dispatcher_type="alltoall" if variable_seq_lengths else "allgather",
         mrope_section=[model.head_dim // 2] if token_positions and model.positionEmbeddingType == "rope" else None,
+        expert_model_parallel_size=parallel.expertModelParallelSize,
+        **moe_settings(model, variable_seq_lengths),
         **recompute,
+    )
+
+
+def moe_settings(model: ModelConfig, variable_seq_lengths: bool) -> dict:
+    """TransformerConfig's MoE fields (megatron-core's TopKRouter, MoELayer and token dispatchers)."""
+    if model.numExperts is None:
+        # The dispatcher type is read even without experts; Megatron refuses allgather with variable lengths.
+        return {"moe_token_dispatcher_type": "alltoall" if variable_seq_lengths else "allgather"}
+    if model.moeGroupedGemm and applied_backend() == "cpu":
+        raise ValueError("model.moeGroupedGemm (--moe-grouped-gemm) needs a GPU or NPU grouped GEMM kernel; "
+                         "on CPU leave it off (experts then run one after another, same results)")
+    return dict(
+        num_moe_experts=model.numExperts,
+        moe_router_topk=model.moeRouterTopk,
+        moe_ffn_hidden_size=model.moe_ffn_hidden_size,
+        moe_router_pre_softmax=model.moeRouterPreSoftmax,
+        moe_aux_loss_coeff=model.moeAuxLossCoeff,
+        moe_router_load_balancing_type=model.moeRouterLoadBalancingType,
+        moe_z_loss_coeff=model.moeZLossCoeff,
+        moe_token_dispatcher_type=model.moeTokenDispatcherType,
+        moe_grouped_gemm=model.moeGroupedGemm,
+        moe_shared_expert_intermediate_size=model.moeSharedExpertIntermediateSize,
+        moe_shared_expert_gate=model.moeSharedExpertGate,
+        moe_layer_freq=model.moeLayerFreq,
     )
 
 
@@ -76,13 +101,21 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
 
     # Megatron still initialises (with CPU initialisation it sets the tensor-parallel attributes, which grad-norm
     # and our re-initialisation rely on, only while initialising).
     config = transformer_config(model, parallel, params_dtype, recompute_granularity, variable_seq_lengths,
                                 token_positions)
-    spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
+    if model.numExperts is None and not parallel.sequenceParallel:
+        spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
+    else:
+        # Per-layer specs (MoE or dense by moe_layer_freq) for this pipeline stage: SequentialMLP experts
+        # (or grouped GEMM) behind megatron-core's TopKRouter and token dispatcher; the block form also names
+        # the final norm, so sequence parallelism can swap every torch norm for one it supports.
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=model.normalization)
+        if parallel.sequenceParallel:
+            spec = with_sequence_parallel_norms(spec)
     gpt = GPTModel(
         config=config,
         transformer_layer_spec=spec,

@@ -19,6 +19,7 @@ class StepStats:
     mfu: float
     loss_scale: float | None = None
     skipped: int = 0
+    router_losses: dict[str, float] | None = None  # MoE: load_balancing_loss, z_loss (Megatron-LM's names)
 
 
 def format_line(s: StepStats) -> str:
@@ -30,6 +31,7 @@ def format_line(s: StepStats) -> str:
         f"global batch size: {s.global_batch_size:5d}",
         f"lm loss: {s.loss:.6E}",
     ]
+    parts += [f"{name}: {value:.6E}" for name, value in (s.router_losses or {}).items()]
     if s.loss_scale is not None:
         parts.append(f"loss scale: {s.loss_scale:.1f}")
     if s.grad_norm is not None:

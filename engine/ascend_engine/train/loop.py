@@ -13,6 +13,7 @@ from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
+from .moe_metrics import router_losses
 from .tensorboard import open_tensorboard
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -58,7 +59,7 @@ class Trainer:
         self.cfg, self.backend = cfg, backend
         t, p = cfg.training, cfg.parallel
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
-                                                t.seed)
+                                                t.seed, p.expertModelParallelSize)
         self.dtype = DTYPES[t.precision]
         self.data = build_train_data(cfg)
         gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
@@ -81,6 +82,7 @@ class Trainer:
             config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.consumed = 0
+        self.router_losses: dict[str, float] = {}
         self.last_checkpoint: int | None = None
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
         if cfg.checkpoint.load or cfg.lora.loraLoad:
@@ -136,6 +138,7 @@ class Trainer:
             forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
             num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
             forward_only=False)
+        self.router_losses = router_losses(self.cfg.model, self.num_micro)
         applied, grad_norm, _ = self.optimizer.step()
         if applied:
             self.scheduler.step(increment=1)
@@ -217,10 +220,12 @@ class Trainer:
             iteration=self.iteration, train_iters=t.trainIters, consumed_samples=self.consumed,
             ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
             grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
-            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1)), flush=True)
+            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1,
+            router_losses=self.router_losses)), flush=True)
         if self.tensorboard:
             for name, value in (("lm loss", loss), ("learning-rate", lr), ("grad-norm", grad_norm),
-                                ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu)):
+                                ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu),
+                                *self.router_losses.items()):
                 if value is not None:
                     self.tensorboard.add_scalar(name, float(value), self.iteration)
             self.tensorboard.flush()
@@ -228,7 +233,9 @@ class Trainer:
             self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
                              percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
                              tokensPerSecond=tps, mfu=mfu, etaSeconds=eta,
-                             lastCheckpointIteration=self.last_checkpoint)
+                             lastCheckpointIteration=self.last_checkpoint,
+                             loadBalancingLoss=self.router_losses.get("load_balancing_loss",
+                                                                      self.router_losses.get("seq_load_balancing_loss")))
 
 
 def train(cfg: TrainConfig, backend: Backend) -> TrainResult:
