@@ -106,6 +106,9 @@ def _apply(name: str) -> None:
 _FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
               "randperm", "linspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "empty_strided")
 
+# Tensor methods that take a device (the MoE all-to-all allocates with ``new_empty(device=current_device())``).
+_TENSOR_FACTORIES = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor")
+
 
 def _is_accelerator(device) -> bool:
     if isinstance(device, bool):
@@ -172,6 +175,8 @@ def _install_cpu_shim() -> None:
     """Make Megatron-core's CUDA calls land on the CPU (the idea of torch_npu's transfer_to_npu)."""
     for fname in _FACTORIES:
         setattr(torch, fname, _remap_device_kwarg(getattr(torch, fname)))
+    for fname in _TENSOR_FACTORIES:
+        setattr(torch.Tensor, fname, _remap_device_kwarg(getattr(torch.Tensor, fname)))
 
     tensor_to, tensor_type = torch.Tensor.to, torch.Tensor.type
 
@@ -216,3 +221,25 @@ def _install_cpu_shim() -> None:
     import megatron.core.tensor_parallel.random as mcore_random
 
     mcore_random._lazy_call = cuda._lazy_call
+    _patch_megatron_moe()
+
+
+def _patch_megatron_moe() -> None:
+    """Two spots where megatron-core's MoE code assumes TransformerEngine or CUDA tensors."""
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    # The router reads ``te_general_gemm`` unguarded; without TransformerEngine the name is never bound. None
+    # selects its plain torch.mm path.
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    # The all-to-all dispatcher moves its split sizes to the host as numpy arrays, but converts only CUDA tensors;
+    # CPU tensors would stay tensors, which all_to_all_single does not take as split sizes.
+    to_host = dispatcher.maybe_move_tensor_to_cpu
+
+    def maybe_move_tensor_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if as_numpy and torch.is_tensor(tensor) and tensor.device.type == "cpu":
+            return tensor.numpy()
+        return to_host(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
