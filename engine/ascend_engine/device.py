@@ -222,6 +222,28 @@ def _install_cpu_shim() -> None:
 
     mcore_random._lazy_call = cuda._lazy_call
     _patch_megatron_moe()
+    _allow_uneven_all_gather()
+
+
+def _allow_uneven_all_gather() -> None:
+    """gloo's all_gather needs equal shapes; megatron-core's MoE dispatcher (TP > 1) gathers unequal row counts
+    (NCCL/HCCL take them). Pad to the longest, gather, and copy each rank's rows out: same result."""
+    dist = torch.distributed
+    all_gather = dist.all_gather
+
+    def all_gather_uneven(tensor_list, tensor, group=None, async_op=False):
+        if async_op or all(t.shape == tensor.shape for t in tensor_list):
+            return all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        rows = max(t.shape[0] for t in tensor_list)
+        padded = tensor.new_zeros((rows, *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        gathered = [torch.empty_like(padded) for _ in tensor_list]
+        all_gather(gathered, padded, group=group)
+        for out, got in zip(tensor_list, gathered):
+            out.copy_(got[:out.shape[0]])
+        return None
+
+    dist.all_gather = all_gather_uneven
 
 
 def _patch_megatron_moe() -> None:

@@ -90,6 +90,8 @@ def curves(tmp_path_factory):
 def test_moe_loss_curve_matches_ep1(curves, layout):
     base, run = curves["ep1"], curves[layout]
     assert len(run["loss"]) == len(base["loss"]) == 4
+    worst = max(abs(a - b) / abs(a) for a, b in zip(base["loss"], run["loss"]))
+    print(f"{layout}: losses {run['loss']}, max relative difference to ep1 {worst:.1e}")
     for i, (a, b) in enumerate(zip(base["loss"], run["loss"]), start=1):
         assert abs(a - b) <= CURVE_TOLERANCE * abs(a), f"{layout} iteration {i}: ep1 {a} vs {b}"
     # the same router decisions give the same load-balancing loss
