@@ -38,12 +38,13 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1) -> ParallelInfo:
+def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vpp: int | None = None) -> ParallelInfo:
     """Join the torchrun world (a world of one when started without torchrun) and build Megatron's groups.
 
     Seeds python/torch with ``seed`` on every rank (so full-model initialisation is rank independent) and
     Megatron's model-parallel RNG tracker the way Megatron-LM does. ``ep`` splits routed experts over
-    expert-parallel ranks; expert layers keep the dense layers' TP (Megatron's default expert TP size).
+    expert-parallel ranks; expert layers keep the dense layers' TP (Megatron's default expert TP size). ``vpp``
+    model chunks per pipeline rank select Megatron's interleaved schedule.
     """
     backend.apply()  # before Megatron is imported, so its CUDA calls are redirected from the start
     from megatron.core import parallel_state
@@ -61,7 +62,7 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1) ->
     if world_size % (tp * pp * ep):
         raise ValueError(f"world size {world_size} is not divisible by tp x pp x ep = {tp} x {pp} x {ep}")
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                             expert_model_parallel_size=ep)
+                                             expert_model_parallel_size=ep, virtual_pipeline_model_parallel_size=vpp)
     random.seed(seed)
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)

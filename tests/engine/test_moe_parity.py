@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 BATCH, SEQ = 2, 16
 CONVERT_LAYOUTS = [(2, 1, 2), (1, 2, 2)]  # (tp, pp, ep)
 TRAIN_LAYOUTS = {"ep1": (1, 1, 1), "ep2": (1, 1, 2), "pp2ep2": (1, 2, 2), "tp2ep2": (2, 1, 2)}
+DENSE_MODEL = {"numLayers": 4, "hiddenSize": 64, "numAttentionHeads": 4, "vocabSize": 96, "paddedVocabSize": 128}
 TOLERANCE = 1e-4
 CURVE_TOLERANCE = 1e-3
 MOE_MODEL = {"numLayers": 2, "hiddenSize": 64, "numAttentionHeads": 4, "vocabSize": 96, "paddedVocabSize": 128,
@@ -108,6 +109,22 @@ def test_moe_resume_is_bitwise(curves):
     assert all(v > 0 for v in curves["ep2"]["load_balancing_loss"])
 
 
+@pytest.mark.engine
+def test_virtual_pipeline_matches_plain_pipeline(curves):
+    """PP2 with two chunks per rank (interleaved schedule) == PP2 1F1B; chunks saved as model0/model1, resumed
+    bitwise."""
+    plain, interleaved = curves["pp2"]["loss"], curves["vpp2"]["loss"]
+    assert len(plain) == len(interleaved) == 4
+    for i, (a, b) in enumerate(zip(plain, interleaved), start=1):
+        assert abs(a - b) <= TOLERANCE * abs(a), f"iteration {i}: pp2 {a} vs vpp2 {b}"
+    assert curves["vpp2_resumed"]["loss"] == interleaved[2:]
+    keys = curves["vpp2_keys"]
+    # PP rank 1 holds virtual stages 1 and 3: global layers 1 and 3, each its chunk's local layer 0
+    assert sorted(keys) == ["model0", "model1"]
+    assert "output_layer.weight" in keys["model1"] and "output_layer.weight" not in keys["model0"]
+    assert all(not k.startswith("decoder.layers.1.") for k in keys["model0"] + keys["model1"])
+
+
 # ---------------------------------------------------------------- torchrun worker
 
 
@@ -161,11 +178,12 @@ def _train_worker(root: Path) -> None:
     from ascend_engine.parallel import destroy_parallel
     from ascend_engine.train.loop import Trainer
 
-    def run(tp, pp, ep, **checkpoint):
+    def run(tp, pp, ep, model=MOE_MODEL, per_chunk=None, **checkpoint):
         cfg = TrainConfig.model_validate({
-            "device": "cpu", "model": MOE_MODEL,
+            "device": "cpu", "model": model,
             "parallel": {"tensorModelParallelSize": tp, "pipelineModelParallelSize": pp,
-                         "expertModelParallelSize": ep, "sequenceParallel": tp > 1},
+                         "expertModelParallelSize": ep, "sequenceParallel": tp > 1,
+                         "numLayersPerVirtualPipelineStage": per_chunk},
             "training": {"microBatchSize": 1, "globalBatchSize": 4, "seqLength": 32, "trainIters": 4,
                          "exitInterval": 2 if "save" in checkpoint else None},
             "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
@@ -176,7 +194,7 @@ def _train_worker(root: Path) -> None:
 
         def train_step():  # record the router's load-balancing loss of every step
             out = step()
-            balancing.append(trainer.router_losses["load_balancing_loss"])
+            balancing.append(trainer.router_losses.get("load_balancing_loss"))
             return out
 
         trainer.train_step = train_step
@@ -189,6 +207,14 @@ def _train_worker(root: Path) -> None:
     curves["resumed"] = run(1, 1, 2, load=str(root / "ckpt"))
     folder = root / "ckpt" / "iter_0000002"
     curves["resumed"]["files"] = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.pt"))
+    # virtual pipeline stages: 4 layers on PP2 as two chunks of one layer per rank (interleaved 1F1B), saved
+    # as model0/model1 and resumed
+    curves["pp2"] = run(1, 2, 1, model=DENSE_MODEL)
+    curves["vpp2"] = run(1, 2, 1, model=DENSE_MODEL, per_chunk=1)
+    run(1, 2, 1, model=DENSE_MODEL, per_chunk=1, save=str(root / "vpp"))
+    curves["vpp2_resumed"] = run(1, 2, 1, model=DENSE_MODEL, per_chunk=1, load=str(root / "vpp"))
+    state = torch.load(root / "vpp" / "iter_0000002" / "mp_rank_00_001" / "model_optim_rng.pt", weights_only=False)
+    curves["vpp2_keys"] = {k: sorted(v) for k, v in state.items() if k.startswith("model")}
     if torch.distributed.get_rank() == 0:
         (root / "curves.json").write_text(json.dumps(curves))
     destroy_parallel()

@@ -58,6 +58,11 @@ def _gather_over_dp(obj) -> list:
     return out
 
 
+def model_entries(models: list[dict]) -> dict:
+    """``model``, or ``model0``, ``model1``, ... with virtual pipeline stages (one per chunk), as Megatron-LM."""
+    return {"model": models[0]} if len(models) == 1 else {f"model{i}": m for i, m in enumerate(models)}
+
+
 def save_training_checkpoint(trainer):
     """Collective. One file per model-parallel rank (TP, PP and EP), written by data-parallel rank 0 of each
     (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written)."""
@@ -71,14 +76,14 @@ def save_training_checkpoint(trainer):
     state = None
     writer = parallel_state.get_expert_data_parallel_rank() == 0 if info.ep > 1 else info.dp_rank == 0
     if writer:
-        model = unwrap(trainer.model).state_dict_for_save_checkpoint()
+        models = [unwrap(chunk).state_dict_for_save_checkpoint() for chunk in trainer.chunks]
         if cfg.lora.enabled:
             from ..models.lora import adapter_state
 
-            model = adapter_state(model)
+            models = [adapter_state(model) for model in models]
         state = {
             "args": megatron_args(cfg, info.world_size, trainer.iteration, trainer.consumed),
-            "model": model,
+            **model_entries(models),
             "optimizer": trainer.optimizer.state_dict(),
             "opt_param_scheduler": trainer.scheduler.state_dict(),
             "rng_state": rngs,
@@ -97,6 +102,7 @@ def _check_layout(args, cfg, where) -> None:
     for name, ours in (("tensor_model_parallel_size", p.tensorModelParallelSize),
                        ("pipeline_model_parallel_size", p.pipelineModelParallelSize),
                        ("expert_model_parallel_size", p.expertModelParallelSize),
+                       ("virtual_pipeline_model_parallel_size", cfg.virtual_pipeline_size),
                        ("num_experts", cfg.model.numExperts),
                        ("num_layers", cfg.model.numLayers), ("hidden_size", cfg.model.hiddenSize)):
         theirs = getattr(args, name, ours)
@@ -126,13 +132,23 @@ def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
 
 
 def _load_model(trainer, state: dict, where, adapters: bool) -> None:
-    """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present."""
-    from ..models.lora import is_adapter_key
+    """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present; one state
+    dict per model chunk (``model0``, ``model1``, ... with virtual pipeline stages)."""
     from ..train.loop import unwrap
 
-    gpt = unwrap(trainer.model)
+    for i, chunk in enumerate(trainer.chunks):
+        key = "model" if len(trainer.chunks) == 1 else f"model{i}"
+        if key not in state:
+            raise CheckpointMismatch(f"{where}: no '{key}' state dict; the checkpoint has another number of virtual "
+                                     f"pipeline stages (numLayersPerVirtualPipelineStage)")
+        _load_chunk(unwrap(chunk), state[key], where, adapters)
+
+
+def _load_chunk(gpt, saved: dict, where, adapters: bool) -> None:
+    from ..models.lora import is_adapter_key
+
     expected = {k for k in gpt.state_dict() if is_adapter_key(k) == adapters and not k.endswith("._extra_state")}
-    given = {k: v for k, v in state["model"].items() if is_adapter_key(k) == adapters}
+    given = {k: v for k, v in saved.items() if is_adapter_key(k) == adapters}
     missing = sorted(expected - set(given))
     if missing:
         what = "adapter" if adapters else "model"

@@ -36,6 +36,10 @@ class ConvertConfig(EngineModel):
     targetExpertParallelSize: Annotated[PositiveInt, Flag("--target-expert-parallel-size")] = 1
     """Expert parallel size of a Megatron output (MoE models): routed experts split over EP ranks, files
     mp_rank_TT[_PPP]_EEE."""
+    numLayersPerVirtualPipelineStage: Annotated[PositiveInt | None,
+                                                Flag("--num-layers-per-virtual-pipeline-stage")] = None
+    """Virtual pipeline stages of a Megatron output: each PP rank's file holds model0, model1, ... chunks of this
+    many layers (chunk c of rank p is virtual stage c x PP + p), as training with the same flag expects."""
     numLayerList: Annotated[list[PositiveInt] | None, Flag("--num-layer-list")] = None
     """Layers per pipeline stage for an uneven split, e.g. "11,13,19,21"; must sum to the number of layers."""
     paramsDtype: Annotated[Literal["fp32", "fp16", "bf16"] | None, Flag("--params-dtype")] = None
@@ -77,6 +81,10 @@ class ConvertConfig(EngineModel):
         if self.numLayerList is not None and len(self.numLayerList) != self.targetPipelineParallelSize:
             raise ValueError(f"numLayerList has {len(self.numLayerList)} entries but targetPipelineParallelSize "
                              f"is {self.targetPipelineParallelSize}")
+        if self.numLayersPerVirtualPipelineStage is not None and (self.numLayerList is not None
+                                                                  or self.targetPipelineParallelSize == 1):
+            raise ValueError("numLayersPerVirtualPipelineStage needs targetPipelineParallelSize > 1 and no "
+                             "numLayerList")
         layout = (self.targetTensorParallelSize, self.targetPipelineParallelSize, self.targetExpertParallelSize)
         if self.saveModelType == "hf" and layout != (1, 1, 1):
             raise ValueError("an HF output is not split: targetTensorParallelSize, targetPipelineParallelSize and "

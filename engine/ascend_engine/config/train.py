@@ -143,6 +143,10 @@ class ParallelConfig(EngineModel):
     """Tensor parallel size (TP)."""
     pipelineModelParallelSize: Annotated[PositiveInt, Flag("--pipeline-model-parallel-size")] = 1
     """Pipeline parallel size (PP), scheduled as 1F1B."""
+    numLayersPerVirtualPipelineStage: Annotated[PositiveInt | None,
+                                                Flag("--num-layers-per-virtual-pipeline-stage")] = None
+    """Virtual pipeline stages (interleaved 1F1B): each PP rank holds numLayers / (PP x this) model chunks of this
+    many layers, chunk c of rank p being virtual stage c x PP + p; needs PP > 1."""
     expertModelParallelSize: Annotated[PositiveInt, Flag("--expert-model-parallel-size")] = 1
     """Expert parallel size (EP): routed experts are split over EP ranks; expert layers use TP x EP x PP ranks
     (experts are tensor-parallel like the dense MLP, Megatron's default expert tensor parallel size)."""
@@ -335,6 +339,11 @@ class TrainConfig(EngineModel):
                                  "(megatron-core refuses variable lengths with the allgather dispatcher)")
         if m.numLayers % pp:
             raise ValueError(f"parallel.pipelineModelParallelSize ({pp}) must divide model.numLayers ({m.numLayers})")
+        per_chunk = p.numLayersPerVirtualPipelineStage
+        if per_chunk is not None and (pp == 1 or m.numLayers % (pp * per_chunk) or m.numLayers // (pp * per_chunk) < 2):
+            raise ValueError(f"parallel.numLayersPerVirtualPipelineStage ({per_chunk}) needs pipelineModelParallelSize "
+                             f"> 1 and model.numLayers ({m.numLayers}) a multiple of 2 x pipelineModelParallelSize "
+                             f"({pp}) x numLayersPerVirtualPipelineStage (at least two chunks per stage)")
         if t.globalBatchSize % t.microBatchSize:
             raise ValueError(f"training.globalBatchSize ({t.globalBatchSize}) must be a multiple of "
                              f"training.microBatchSize ({t.microBatchSize})")
@@ -346,6 +355,12 @@ class TrainConfig(EngineModel):
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         return self
+
+    @property
+    def virtual_pipeline_size(self) -> int | None:
+        """Model chunks per pipeline rank (Megatron's virtual_pipeline_model_parallel_size); None without VPP."""
+        per_chunk = self.parallel.numLayersPerVirtualPipelineStage
+        return None if per_chunk is None else self.model.numLayers // (self.parallel.pipelineModelParallelSize * per_chunk)
 
     def check_world_size(self, world_size: int) -> int:
         """Validate against the launched world; returns the data-parallel size."""
@@ -363,4 +378,9 @@ class TrainConfig(EngineModel):
         if self.training.globalBatchSize % per_step:
             raise ValueError(f"training.globalBatchSize ({self.training.globalBatchSize}) must be a multiple of "
                              f"microBatchSize x data-parallel size = {self.training.microBatchSize} x {dp}")
+        micro, pp = self.training.globalBatchSize // per_step, self.parallel.pipelineModelParallelSize
+        if self.virtual_pipeline_size and micro % pp:
+            raise ValueError(f"the interleaved schedule (numLayersPerVirtualPipelineStage) needs the micro-batches per "
+                             f"step ({micro} = globalBatchSize / (microBatchSize x data-parallel size)) to be a "
+                             f"multiple of pipelineModelParallelSize ({pp})")
         return dp

@@ -53,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
 def layer_counts_for(cfg: ConvertConfig, num_layers: int) -> list[int]:
     pp = cfg.targetPipelineParallelSize
+    per_chunk = cfg.numLayersPerVirtualPipelineStage
+    if per_chunk is not None:  # one entry per virtual stage
+        if num_layers % (pp * per_chunk) or num_layers // (pp * per_chunk) < 2:
+            raise ConfigError(f"numLayersPerVirtualPipelineStage ({per_chunk}) x targetPipelineParallelSize ({pp}) "
+                              f"x 2 or more chunks must make up the model's {num_layers} layers")
+        return [per_chunk] * (num_layers // per_chunk)
     if cfg.numLayerList is not None:
         if sum(cfg.numLayerList) != num_layers:
             raise ConfigError(f"numLayerList {cfg.numLayerList} sums to {sum(cfg.numLayerList)}, but the model has "
@@ -163,7 +169,9 @@ def convert(cfg: ConvertConfig) -> dict:
         _check_output(cfg, iteration)
 
         def write(root: Path, meta: bool, progress=None):
-            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress, ep)
+            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress, ep,
+                                  len(counts) // cfg.targetPipelineParallelSize if cfg.numLayersPerVirtualPipelineStage
+                                  else None)
     else:
         target, family, template = _hf_target(cfg, source)
         _check_output(cfg, None)
@@ -208,7 +216,8 @@ def convert(cfg: ConvertConfig) -> dict:
     report = {"status": "Succeeded", "saveDir": cfg.saveDir, "format": cfg.saveModelType,
               "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2)}
     if cfg.saveModelType == "mg":
-        report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts),
+        report.update(iteration=iteration, tensorModelParallelSize=tp,
+                      pipelineModelParallelSize=cfg.targetPipelineParallelSize,
                       expertModelParallelSize=ep)
     return report
 

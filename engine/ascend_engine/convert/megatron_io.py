@@ -63,7 +63,7 @@ def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig
 
 
 def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int], dtype: torch.dtype,
-                    base: argparse.Namespace | None = None, ep: int = 1) -> argparse.Namespace:
+                    base: argparse.Namespace | None = None, ep: int = 1, vpp: int | None = None) -> argparse.Namespace:
     """The ``args`` of a written checkpoint: the source's (when it had some) with shape and layout updated."""
     args = copy.copy(base) if base is not None else argparse.Namespace()
     uneven = len(set(layer_counts)) > 1
@@ -78,7 +78,8 @@ def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int
         qk_layernorm=model.qkLayernorm, add_qkv_bias=model.addQkvBias, add_bias_linear=model.addBiasLinear,
         untie_embeddings_and_output_weights=model.untieEmbeddingsAndOutputWeights,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=None,
+        virtual_pipeline_model_parallel_size=vpp,
+        num_layers_per_virtual_pipeline_stage=layer_counts[0] if vpp else None,
         num_layer_list=",".join(map(str, layer_counts)) if uneven else None,
         params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
         transformer_impl="local", use_mcore_models=True,
@@ -118,14 +119,16 @@ class MegatronReader:
                         self._open(checkpoint_file(self.root, self.iteration, t, s, self.pp, e, self.ep))
                         for t in range(self.tp)] for e in range(self.ep)] for s in range(self.pp)]
         self.model = model_config_from_args(self.args, str(first.path))
-        # global key -> (stage, expert-parallel rank, key inside that rank's files)
-        self.index: dict[str, tuple[int, int, str]] = {}
-        self.layer_counts = []
+        self.vpp = int(getattr(self.args, "virtual_pipeline_model_parallel_size", None) or 1)
+        # global key -> (stage, expert-parallel rank, model chunk, key inside that rank's files)
+        self.index: dict[str, tuple[int, int, str, str]] = {}
+        self.layer_counts = []  # per virtual stage: chunk c of PP rank s is virtual stage c x PP + s
         offset = 0
-        for s, by_ep in enumerate(self.files):
+        for v in range(self.pp * self.vpp):
+            s, chunk = v % self.pp, self._chunk_key(v // self.pp)
             local_layers = set()
-            for e, ranks in enumerate(by_ep):
-                for k in self._state(ranks[0]):
+            for e, ranks in enumerate(self.files[s]):
+                for k in self._state(ranks[0], chunk):
                     name = _normalize(k)
                     if is_lora_key(name) != lora:
                         continue
@@ -135,9 +138,13 @@ class MegatronReader:
                     if e > 0 and split_expert_key(name) is None:
                         continue  # dense tensors are in every expert-parallel rank's file; read rank 0's
                     name = expert_to_global(name, self.model, self.ep, e)
-                    self.index[with_layer(name, found[0] + offset) if found else name] = (s, e, k)
+                    self.index[with_layer(name, found[0] + offset) if found else name] = (s, e, chunk, k)
             self.layer_counts.append(len(local_layers))
             offset += len(local_layers)
+
+    def _chunk_key(self, chunk: int) -> str:
+        """``model``, or ``model<c>`` with virtual pipeline stages (Megatron-LM's names)."""
+        return "model" if self.vpp == 1 else f"model{chunk}"
 
     @staticmethod
     def _open(path: Path) -> LazyTorchFile:
@@ -146,12 +153,12 @@ class MegatronReader:
         return LazyTorchFile(path)
 
     @staticmethod
-    def _state(f: LazyTorchFile) -> dict:
+    def _state(f: LazyTorchFile, chunk: str = "model") -> dict:
         obj = f.obj
-        if not isinstance(obj, dict) or "model" not in obj:
-            which = "virtual-pipeline checkpoints (model0, model1...) are" if "model0" in (obj or {}) else "it is"
-            raise CheckpointFileError(f"{f.path}: no 'model' state dict; {which} not supported")
-        return obj["model"]
+        if not isinstance(obj, dict) or chunk not in obj:
+            raise CheckpointFileError(f"{f.path}: no {chunk!r} state dict (virtual pipeline stages in the file and "
+                                      f"virtual_pipeline_model_parallel_size in its args disagree?)")
+        return obj[chunk]
 
     @property
     def iteration_number(self) -> int:
@@ -164,10 +171,10 @@ class MegatronReader:
         """The whole tensor (merged over TP ranks) for a global key."""
         if key not in self.index:
             raise CheckpointFileError(f"{self.root}: checkpoint has no tensor {key}")
-        stage, ep_rank, local = self.index[key]
+        stage, ep_rank, chunk, local = self.index[key]
         lazy = []
         for f in self.files[stage][ep_rank]:
-            value = self._state(f).get(local)
+            value = self._state(f, chunk).get(local)
             if not isinstance(value, LazyTensor):
                 raise CheckpointFileError(f"{f.path}: {local} is missing or not a tensor")
             lazy.append(value)

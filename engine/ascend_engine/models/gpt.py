@@ -43,6 +43,9 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, params_dtyp
         init_method_std=model.initMethodStd,
         tensor_model_parallel_size=parallel.tensorModelParallelSize,
         pipeline_model_parallel_size=parallel.pipelineModelParallelSize,
+        virtual_pipeline_model_parallel_size=(model.numLayers // (parallel.pipelineModelParallelSize
+                                                                  * parallel.numLayersPerVirtualPipelineStage)
+                                              if parallel.numLayersPerVirtualPipelineStage else None),
         sequence_parallel=parallel.sequenceParallel,
         params_dtype=params_dtype,
         pipeline_dtype=params_dtype,
@@ -91,13 +94,15 @@ def moe_settings(model: ModelConfig, variable_seq_lengths: bool) -> dict:
 
 def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: int,
                     params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None,
-                    seed: int | None = None, variable_seq_lengths: bool = False, token_positions: bool = False):
+                    seed: int | None = None, variable_seq_lengths: bool = False, token_positions: bool = False,
+                    vp_stage: int | None = None):
     """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state).
 
     With ``seed`` the weights come from ``init_layout_independent`` (the same model under any TP/PP layout)
     instead of Megatron's per-rank initialisation. ``variable_seq_lengths`` lets micro-batches differ in length
     (pipeline stages then exchange shapes first). ``token_positions`` makes RoPE read each token's position from
     ``position_ids`` (packed samples restart at 0) instead of assuming 0..s-1; see ``rope_positions``.
+    ``vp_stage`` picks this rank's model chunk under virtual pipeline stages.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -113,7 +118,8 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
         # Per-layer specs (MoE or dense by moe_layer_freq) for this pipeline stage: SequentialMLP experts
         # (or grouped GEMM) behind megatron-core's TopKRouter and token dispatcher; the block form also names
         # the final norm, so sequence parallelism can swap every torch norm for one it supports.
-        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=model.normalization)
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=model.normalization,
+                                          vp_stage=vp_stage)
         if parallel.sequenceParallel:
             spec = with_sequence_parallel_norms(spec)
     gpt = GPTModel(
@@ -121,11 +127,12 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
         transformer_layer_spec=spec,
         vocab_size=model.padded_vocab_size(parallel.tensorModelParallelSize),
         max_sequence_length=model.maxPositionEmbeddings or seq_length,
-        pre_process=parallel_state.is_pipeline_first_stage(),
-        post_process=parallel_state.is_pipeline_last_stage(),
+        pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+        post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
         share_embeddings_and_output_weights=not model.untieEmbeddingsAndOutputWeights,
         position_embedding_type="mrope" if config.mrope_section else model.positionEmbeddingType,
         rotary_base=int(model.rotaryBase),
+        vp_stage=vp_stage,
     )
     if seed is not None:
         init_layout_independent(gpt, model, seed, parallel.tensorModelParallelSize,

@@ -59,24 +59,29 @@ class Trainer:
         self.cfg, self.backend = cfg, backend
         t, p = cfg.training, cfg.parallel
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
-                                                t.seed, p.expertModelParallelSize)
+                                                t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
         self.dtype = DTYPES[t.precision]
         self.data = build_train_data(cfg)
-        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
-                              variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
-        if cfg.lora.enabled:
-            from ..models.lora import add_lora
-
-            add_lora(gpt, cfg.lora, t.seed, p.tensorModelParallelSize, self.info.tp_rank)
-        gpt.to(backend.torch_device)
-        config = gpt.config
-        module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=False,
             use_distributed_optimizer=p.useDistributedOptimizer)
-        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
-        self.optimizer, self.scheduler = build_optimizer(cfg, [self.model], self.dtype)
-        config.no_sync_func = self.model.no_sync
+        # One model chunk per virtual pipeline stage this rank holds (one chunk without VPP).
+        self.chunks = []
+        for vp_stage in range(cfg.virtual_pipeline_size) if cfg.virtual_pipeline_size else [None]:
+            gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
+                                  variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack,
+                                  vp_stage=vp_stage)
+            if cfg.lora.enabled:
+                from ..models.lora import add_lora
+
+                add_lora(gpt, cfg.lora, t.seed, p.tensorModelParallelSize, self.info.tp_rank)
+            gpt.to(backend.torch_device)
+            module = Float16Module(gpt.config, gpt) if self.dtype != torch.float32 else gpt
+            self.chunks.append(DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=module))
+        self.model = self.chunks[0]
+        config = unwrap(self.model).config  # the schedule reads its hooks from the first chunk's config
+        self.optimizer, self.scheduler = build_optimizer(cfg, self.chunks, self.dtype)
+        config.no_sync_func = [c.no_sync for c in self.chunks] if len(self.chunks) > 1 else self.model.no_sync
         config.finalize_model_grads_func = finalize_model_grads
         if self.dtype == torch.float16:
             config.grad_scale_func = self.optimizer.scale_loss
@@ -130,12 +135,13 @@ class Trainer:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t = self.cfg.training
-        self.model.zero_grad_buffer()
+        for chunk in self.chunks:
+            chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        data = micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize, self.info.dp,
-                             self.info.dp_rank, self.num_micro)
+        data = [micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize, self.info.dp,
+                              self.info.dp_rank, self.num_micro) for _ in self.chunks]
         losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
+            forward_step_func=self._forward_step, data_iterator=data if len(data) > 1 else data[0], model=self.chunks,
             num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
             forward_only=False)
         self.router_losses = router_losses(self.cfg.model, self.num_micro)
