@@ -1,4 +1,4 @@
-"""MoE and expert-parallel settings: the engine's checks, the CRD's CEL rules agreeing with them, the importer
+"""MoE, expert-parallel and virtual-pipeline settings: the engine's checks, the CRD's CEL rules agreeing with them, the importer
 mapping MindSpeed-LLM's MoE flags, and grouped GEMM refused on CPU with a clear message."""
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def test_importer_maps_moe_flags():
              ("--expert-model-parallel-size", ["8"]), ("--moe-aux-loss-coeff", ["0.001"]),
              ("--moe-router-load-balancing-type", ["aux_loss"]), ("--moe-token-dispatcher-type", ["alltoall"]),
              ("--moe-grouped-gemm", []), ("--moe-z-loss-coeff", ["0.001"]), ("--shared-expert-gate", []),
-             ("--moe-shared-expert-intermediate-size", ["512"])]
+             ("--moe-shared-expert-intermediate-size", ["512"]), ("--num-layers", ["8"]),
+             ("--pipeline-model-parallel-size", ["2"]), ("--num-layers-per-virtual-pipeline-stage", ["2"])]
     out = map_flags(flags)
     assert not out.skipped, out.skipped
     cfg = TrainConfig.model_validate({**out.data, "model": {**out.data["model"], "ffnHiddenSize": 256}})
@@ -71,6 +72,7 @@ def test_importer_maps_moe_flags():
     assert model.moeGroupedGemm is True and model.moeSharedExpertGate is True
     assert model.moeTokenDispatcherType == "alltoall" and model.moeZLossCoeff == 0.001
     assert cfg.parallel.expertModelParallelSize == 8
+    assert cfg.parallel.numLayersPerVirtualPipelineStage == 2 and cfg.virtual_pipeline_size == 2
 
 
 def test_grouped_gemm_refused_on_cpu(monkeypatch):

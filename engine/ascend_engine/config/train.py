@@ -109,6 +109,13 @@ class ModelConfig(EngineModel):
     def moe_ffn_hidden_size(self) -> int:
         return self.moeFfnHiddenSize or self.ffn_hidden_size
 
+    @property
+    def active_ffn_hidden_size(self) -> int:
+        """MLP width one token passes through (for FLOPs): its top-k experts and the shared expert in MoE layers."""
+        if self.numExperts is None:
+            return self.ffn_hidden_size
+        return self.moeRouterTopk * self.moe_ffn_hidden_size + (self.moeSharedExpertIntermediateSize or 0)
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether global layer ``layer`` (0-based) has routed experts (Megatron's integer moe_layer_freq)."""
         return self.numExperts is not None and layer % self.moeLayerFreq == 0

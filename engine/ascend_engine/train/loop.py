@@ -102,7 +102,7 @@ class Trainer:
             self.metrics = Metrics()
             self.metrics.serve(cfg.observability.metricsPort)
         self.flops = flops_per_step(
-            cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.ffn_hidden_size, cfg.model.numAttentionHeads,
+            cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
             t.seqLength, t.globalBatchSize, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
