@@ -103,7 +103,7 @@ def test_moe_loss_curve_matches_ep1(curves, layout):
 
 @pytest.mark.engine
 def test_moe_resume_is_bitwise(curves):
-    """EP2 stopped after 2 iterations (checkpoint mp_rank_00_000 / mp_rank_00_001) and resumed == uninterrupted."""
+    """EP2 resumed from its iteration-2 checkpoint (mp_rank_00_000 / mp_rank_00_001) == uninterrupted."""
     assert curves["resumed"]["loss"] == curves["ep2"]["loss"][2:]
     assert curves["resumed"]["files"] == ["mp_rank_00_000/model_optim_rng.pt", "mp_rank_00_001/model_optim_rng.pt"]
     assert all(v > 0 for v in curves["ep2"]["load_balancing_loss"])
@@ -173,6 +173,7 @@ def _logits_worker(root: Path, families: list[str]) -> None:
 def _train_worker(root: Path) -> None:
     from megatron.core import parallel_state
 
+    from ascend_engine.checkpoint.layout import write_latest
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.parallel import destroy_parallel
@@ -184,8 +185,7 @@ def _train_worker(root: Path) -> None:
             "parallel": {"tensorModelParallelSize": tp, "pipelineModelParallelSize": pp,
                          "expertModelParallelSize": ep, "sequenceParallel": tp > 1,
                          "numLayersPerVirtualPipelineStage": per_chunk},
-            "training": {"microBatchSize": 1, "globalBatchSize": 4, "seqLength": 32, "trainIters": 4,
-                         "exitInterval": 2 if "save" in checkpoint else None},
+            "training": {"microBatchSize": 1, "globalBatchSize": 4, "seqLength": 32, "trainIters": 4},
             "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
             "checkpoint": checkpoint, "observability": {"metricsPort": None}})
         trainer = Trainer(cfg, select_backend("cpu"))
@@ -202,16 +202,24 @@ def _train_worker(root: Path) -> None:
         parallel_state.destroy_model_parallel()
         return {"loss": result.losses, "load_balancing_loss": balancing}
 
-    curves = {name: run(*layout) for name, layout in TRAIN_LAYOUTS.items()}
-    run(1, 1, 2, save=str(root / "ckpt"))
+    def rewind(folder: Path, iteration: int) -> None:
+        """Point the tracker back at an earlier checkpoint (as a user resuming from it would)."""
+        if torch.distributed.get_rank() == 0:
+            write_latest(folder, iteration)
+        torch.distributed.barrier()
+
+    # The uninterrupted runs save every 2 iterations; resuming from iteration 2 must give iterations 3, 4 again.
+    curves = {name: run(*layout, **({"save": str(root / "ckpt"), "saveInterval": 2} if name == "ep2" else {}))
+              for name, layout in TRAIN_LAYOUTS.items()}
+    rewind(root / "ckpt", 2)
     curves["resumed"] = run(1, 1, 2, load=str(root / "ckpt"))
     folder = root / "ckpt" / "iter_0000002"
     curves["resumed"]["files"] = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.pt"))
     # virtual pipeline stages: 4 layers on PP2 as two chunks of one layer per rank (interleaved 1F1B), saved
     # as model0/model1 and resumed
     curves["pp2"] = run(1, 2, 1, model=DENSE_MODEL)
-    curves["vpp2"] = run(1, 2, 1, model=DENSE_MODEL, per_chunk=1)
-    run(1, 2, 1, model=DENSE_MODEL, per_chunk=1, save=str(root / "vpp"))
+    curves["vpp2"] = run(1, 2, 1, model=DENSE_MODEL, per_chunk=1, save=str(root / "vpp"), saveInterval=2)
+    rewind(root / "vpp", 2)
     curves["vpp2_resumed"] = run(1, 2, 1, model=DENSE_MODEL, per_chunk=1, load=str(root / "vpp"))
     state = torch.load(root / "vpp" / "iter_0000002" / "mp_rank_00_001" / "model_optim_rng.pt", weights_only=False)
     curves["vpp2_keys"] = {k: sorted(v) for k, v in state.items() if k.startswith("model")}
