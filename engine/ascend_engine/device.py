@@ -7,6 +7,7 @@ the same thing with a small shim (``_install_cpu_shim``), so one training code p
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -105,6 +106,9 @@ def _apply(name: str) -> None:
 _FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn", "randint",
               "randperm", "linspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "empty_strided")
 
+# Tensor methods that take a device (the MoE all-to-all allocates with ``new_empty(device=current_device())``).
+_TENSOR_FACTORIES = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor")
+
 
 def _is_accelerator(device) -> bool:
     if isinstance(device, bool):
@@ -130,10 +134,49 @@ def _remap_device_kwarg(fn):
     return wrapper
 
 
+class _CpuEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _CpuStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def record_event(self, event=None) -> _CpuEvent:
+        return event or _CpuEvent()
+
+    def synchronize(self) -> None:
+        pass
+
+
+_CPU_STREAM = _CpuStream()
+
+
 def _install_cpu_shim() -> None:
     """Make Megatron-core's CUDA calls land on the CPU (the idea of torch_npu's transfer_to_npu)."""
     for fname in _FACTORIES:
         setattr(torch, fname, _remap_device_kwarg(getattr(torch, fname)))
+    for fname in _TENSOR_FACTORIES:
+        setattr(torch.Tensor, fname, _remap_device_kwarg(getattr(torch.Tensor, fname)))
 
     tensor_to, tensor_type = torch.Tensor.to, torch.Tensor.type
 
@@ -167,8 +210,58 @@ def _install_cpu_shim() -> None:
     cuda.manual_seed = cuda.random.manual_seed = seed_cpu
     cuda.manual_seed_all = cuda.random.manual_seed_all = seed_cpu
     cuda.default_generators = (torch.default_generator,)
+    # Streams and events (MoE token dispatchers overlap device-to-host copies on a side stream): on the CPU
+    # everything is synchronous, so one stream object that waits on nothing and events that are always done.
+    cuda.Stream = _CpuStream
+    cuda.Event = _CpuEvent
+    cuda.current_stream = lambda device=None: _CPU_STREAM
+    cuda.stream = lambda stream=None: contextlib.nullcontext()
     # torch.cuda._lazy_call queues callbacks until CUDA initialises, which never happens here: run them now.
     cuda._lazy_call = lambda fn, **kwargs: fn()
     import megatron.core.tensor_parallel.random as mcore_random
 
     mcore_random._lazy_call = cuda._lazy_call
+    _patch_megatron_moe()
+    _allow_uneven_all_gather()
+
+
+def _allow_uneven_all_gather() -> None:
+    """gloo's all_gather needs equal shapes; megatron-core's MoE dispatcher (TP > 1) gathers unequal row counts
+    (NCCL/HCCL take them). Pad to the longest, gather, and copy each rank's rows out: same result."""
+    dist = torch.distributed
+    all_gather = dist.all_gather
+
+    def all_gather_uneven(tensor_list, tensor, group=None, async_op=False):
+        if async_op or all(t.shape == tensor.shape for t in tensor_list):
+            return all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        rows = max(t.shape[0] for t in tensor_list)
+        padded = tensor.new_zeros((rows, *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        gathered = [torch.empty_like(padded) for _ in tensor_list]
+        all_gather(gathered, padded, group=group)
+        for out, got in zip(tensor_list, gathered):
+            out.copy_(got[:out.shape[0]])
+        return None
+
+    dist.all_gather = all_gather_uneven
+
+
+def _patch_megatron_moe() -> None:
+    """Two spots where megatron-core's MoE code assumes TransformerEngine or CUDA tensors."""
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as dispatcher
+
+    # The router reads ``te_general_gemm`` unguarded; without TransformerEngine the name is never bound. None
+    # selects its plain torch.mm path.
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    # The all-to-all dispatcher moves its split sizes to the host as numpy arrays, but converts only CUDA tensors;
+    # CPU tensors would stay tensors, which all_to_all_single does not take as split sizes.
+    to_host = dispatcher.maybe_move_tensor_to_cpu
+
+    def maybe_move_tensor_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if as_numpy and torch.is_tensor(tensor) and tensor.device.type == "cpu":
+            return tensor.numpy()
+        return to_host(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu

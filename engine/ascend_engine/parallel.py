@@ -21,6 +21,8 @@ class ParallelInfo:
     tp: int
     pp: int
     dp: int
+    ep_rank: int = 0
+    ep: int = 1
 
     @property
     def is_first_stage(self) -> bool:
@@ -36,11 +38,13 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-def init_parallel(backend: Backend, tp: int, pp: int, seed: int) -> ParallelInfo:
+def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vpp: int | None = None) -> ParallelInfo:
     """Join the torchrun world (a world of one when started without torchrun) and build Megatron's groups.
 
     Seeds python/torch with ``seed`` on every rank (so full-model initialisation is rank independent) and
-    Megatron's model-parallel RNG tracker the way Megatron-LM does.
+    Megatron's model-parallel RNG tracker the way Megatron-LM does. ``ep`` splits routed experts over
+    expert-parallel ranks; expert layers keep the dense layers' TP (Megatron's default expert TP size). ``vpp``
+    model chunks per pipeline rank select Megatron's interleaved schedule.
     """
     backend.apply()  # before Megatron is imported, so its CUDA calls are redirected from the start
     from megatron.core import parallel_state
@@ -55,7 +59,10 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int) -> ParallelInfo
                                              timeout=timeout, store=store)
     if world_size % (tp * pp):
         raise ValueError(f"world size {world_size} is not divisible by tp x pp = {tp} x {pp}")
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    if world_size % (tp * pp * ep):
+        raise ValueError(f"world size {world_size} is not divisible by tp x pp x ep = {tp} x {pp} x {ep}")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                             expert_model_parallel_size=ep, virtual_pipeline_model_parallel_size=vpp)
     random.seed(seed)
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
@@ -65,6 +72,7 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int) -> ParallelInfo
         pp_rank=parallel_state.get_pipeline_model_parallel_rank(),
         dp_rank=parallel_state.get_data_parallel_rank(),
         tp=tp, pp=pp, dp=parallel_state.get_data_parallel_world_size(),
+        ep_rank=parallel_state.get_expert_model_parallel_rank(), ep=ep,
     )
 
 

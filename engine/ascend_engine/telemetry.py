@@ -20,6 +20,7 @@ METRIC_NAMES = {
     "ascend_progress_percent": "percent",
     "ascend_train_loss": "loss",
     "ascend_validation_loss": "validationLoss",
+    "ascend_train_load_balancing_loss": "loadBalancingLoss",
     "ascend_train_learning_rate": "learningRate",
     "ascend_train_tokens_per_second": "tokensPerSecond",
     "ascend_train_mfu": "mfu",

@@ -24,6 +24,25 @@ FAMILY_CONFIGS = {
                    rms_norm_eps=1e-5, max_position_embeddings=128),
 }
 
+# Mixture-of-experts families (tests/unit/test_convert_moe.py, tests/engine/test_moe_parity.py): 4 experts, top 2.
+MOE_FAMILY_CONFIGS = {
+    # q/k norms, GQA, renormalised top-k (norm_topk_prob), expert size != dense size
+    "qwen3_moe": dict(model_type="qwen3_moe", vocab_size=300, hidden_size=64, intermediate_size=96,
+                      moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                      tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=128),
+    # block_sparse_moe names (w1/w3/w2), always renormalised
+    "mixtral": dict(model_type="mixtral", vocab_size=256, hidden_size=64, intermediate_size=48, num_local_experts=4,
+                    num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-5, max_position_embeddings=128),
+    # shared expert with its sigmoid gate, q/k/v biases, top-k not renormalised (pre-softmax)
+    "qwen2_moe": dict(model_type="qwen2_moe", vocab_size=270, hidden_size=64, intermediate_size=96,
+                      moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=4,
+                      num_experts_per_tok=2, norm_topk_prob=False, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0, rms_norm_eps=1e-6,
+                      max_position_embeddings=128),
+}
+
 
 def write_tokenizer(directory: Path, vocab_size: int) -> None:
     """A tiny byte-level BPE trained on the spot, saved as tokenizer.json."""
@@ -41,7 +60,7 @@ def make_hf_model(family: str, directory: Path, seed: int = 0, dtype=torch.float
     so a misplaced tensor cannot go unnoticed."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kwargs = {**FAMILY_CONFIGS[family], **overrides}
+    kwargs = {**(FAMILY_CONFIGS.get(family) or MOE_FAMILY_CONFIGS[family]), **overrides}
     config = AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)

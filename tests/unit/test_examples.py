@@ -66,8 +66,10 @@ def test_pipeline_wiring_follows_the_seeds_pitfalls(name):
         loaded = converts[ref] if ref else conversions.get(train.get("checkpoint", {}).get("load"))
         if loaded is not None:
             parallel = train["parallel"]
-            assert (loaded.get("targetTensorParallelSize", 1), loaded.get("targetPipelineParallelSize", 1)) == \
-                (parallel.get("tensorModelParallelSize", 1), parallel.get("pipelineModelParallelSize", 1))
+            assert (loaded.get("targetTensorParallelSize", 1), loaded.get("targetPipelineParallelSize", 1),
+                    loaded.get("targetExpertParallelSize", 1)) == \
+                (parallel.get("tensorModelParallelSize", 1), parallel.get("pipelineModelParallelSize", 1),
+                 parallel.get("expertModelParallelSize", 1))
         if job["spec"].get("datasetPrepRef"):  # the operator turns the prep's outputs into dataPath
             assert job["spec"]["datasetPrepRef"] in preps
             continue
@@ -90,6 +92,18 @@ def test_multi_node_example_is_two_by_eight_npus():
     spec = RESOURCES["AscendTrainJob"].spec.model_validate(job["spec"])
     assert (spec.nnodes, spec.nprocPerNode, spec.devices.resource) == (2, 8, "huawei.com/Ascend910")
     assert spec.train.check_world_size(spec.world_size) == 2
+
+
+def test_moe_example_splits_experts_over_expert_parallel_ranks():
+    """Qwen3-30B-A3B: 16 NPUs hold TP2 x PP2 x EP4 expert layers; 128 experts, 32 per EP rank."""
+    (job,) = _by_kind(documents("qwen3-30b-a3b-sft-tp2pp2ep4.yaml"), "AscendTrainJob")
+    spec = RESOURCES["AscendTrainJob"].spec.model_validate(job["spec"])
+    assert spec.world_size == 16 and spec.train.check_world_size(spec.world_size) == 4
+    assert spec.train.model.numExperts // spec.train.parallel.expertModelParallelSize == 32
+    job["spec"]["train"]["parallel"]["expertModelParallelSize"] = 8  # 2 x 2 x 8 = 32 ranks > 16
+    schema = CustomResourceSchema(crd(RESOURCES["AscendTrainJob"])["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    errors = schema.errors(schema.prepare(job))
+    assert any("expertModelParallelSize" in message for _, message in errors), errors
 
 
 def test_a_broken_example_is_caught():

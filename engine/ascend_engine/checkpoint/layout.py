@@ -1,5 +1,7 @@
 """Megatron's checkpoint paths: ``<root>/latest_checkpointed_iteration.txt`` and
-``<root>/iter_0000100/mp_rank_00[_000]/model_optim_rng.pt`` (the ``_%03d`` pipeline suffix only when PP > 1).
+``<root>/iter_0000100/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt``: the pipeline suffix only when PP > 1, the
+expert-parallel suffix only when EP > 1 (Megatron-LM's ``get_checkpoint_name``; so ``mp_rank_00_001`` is PP rank 1
+or EP rank 1, and readers tell which from the checkpoint's args).
 """
 from __future__ import annotations
 
@@ -18,17 +20,20 @@ def iteration_dir(root: str | os.PathLike, iteration: int | str) -> Path:
     return Path(root) / name
 
 
-def rank_dir_name(tp_rank: int, pp_rank: int, pp: int) -> str:
-    return f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+def rank_dir_name(tp_rank: int, pp_rank: int, pp: int, ep_rank: int = 0, ep: int = 1) -> str:
+    name = f"mp_rank_{tp_rank:02d}" if pp == 1 else f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+    return name if ep == 1 else f"{name}_{ep_rank:03d}"
 
 
-def checkpoint_dir(root: str | os.PathLike, iteration: int | str, tp_rank: int, pp_rank: int, pp: int) -> Path:
+def checkpoint_dir(root: str | os.PathLike, iteration: int | str, tp_rank: int, pp_rank: int, pp: int,
+                   ep_rank: int = 0, ep: int = 1) -> Path:
     """The folder holding one model-parallel rank's ``model_optim_rng.pt``."""
-    return iteration_dir(root, iteration) / rank_dir_name(tp_rank, pp_rank, pp)
+    return iteration_dir(root, iteration) / rank_dir_name(tp_rank, pp_rank, pp, ep_rank, ep)
 
 
-def checkpoint_file(root: str | os.PathLike, iteration: int | str, tp_rank: int, pp_rank: int, pp: int) -> Path:
-    return checkpoint_dir(root, iteration, tp_rank, pp_rank, pp) / MODEL_FILE
+def checkpoint_file(root: str | os.PathLike, iteration: int | str, tp_rank: int, pp_rank: int, pp: int,
+                    ep_rank: int = 0, ep: int = 1) -> Path:
+    return checkpoint_dir(root, iteration, tp_rank, pp_rank, pp, ep_rank, ep) / MODEL_FILE
 
 
 def read_latest(root: str | os.PathLike) -> int | str | None:

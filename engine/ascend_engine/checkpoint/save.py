@@ -33,7 +33,8 @@ def atomic_torch_save(obj, path: Path) -> None:
 
 
 def save_checkpoint(root: str | os.PathLike, iteration: int, state: dict | None, tp_rank: int, pp_rank: int,
-                    pp: int, is_rank0: bool, write_collective: Callable[[Path], None] | None = None) -> Path:
+                    pp: int, is_rank0: bool, write_collective: Callable[[Path], None] | None = None,
+                    ep_rank: int = 0, ep: int = 1) -> Path:
     """Collective: every rank calls it; ranks with a ``state`` (one per model-parallel rank) write it.
 
     ``state`` is the file dict (model, args, optimizer, ...); ``checkpoint_version`` and ``iteration`` are added.
@@ -48,7 +49,7 @@ def save_checkpoint(root: str | os.PathLike, iteration: int, state: dict | None,
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     _barrier()
-    rank_dir = staging / rank_dir_name(tp_rank, pp_rank, pp)
+    rank_dir = staging / rank_dir_name(tp_rank, pp_rank, pp, ep_rank, ep)
     rank_dir.mkdir(exist_ok=True)
     if write_collective is not None:
         write_collective(rank_dir)

@@ -60,23 +60,32 @@ def _gather_over_dp(obj) -> list:
     return out
 
 
+def model_entries(models: list[dict]) -> dict:
+    """``model``, or ``model0``, ``model1``, ... with virtual pipeline stages (one per chunk), as Megatron-LM."""
+    return {"model": models[0]} if len(models) == 1 else {f"model{i}": m for i, m in enumerate(models)}
+
+
 def save_training_checkpoint(trainer):
-    """Collective. One file per model-parallel rank, written by data-parallel rank 0 of each."""
+    """Collective. One file per model-parallel rank (TP, PP and EP), written by data-parallel rank 0 of each
+    (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written)."""
+    from megatron.core import parallel_state
+
     from ..train.loop import unwrap
 
     cfg, info = trainer.cfg, trainer.info
     rngs = _gather_over_dp(rng_state())
     distributed = cfg.parallel.useDistributedOptimizer
     state = None
-    if info.dp_rank == 0:
-        model = unwrap(trainer.model).state_dict_for_save_checkpoint()
+    writer = parallel_state.get_expert_data_parallel_rank() == 0 if info.ep > 1 else info.dp_rank == 0
+    if writer:
+        models = [unwrap(chunk).state_dict_for_save_checkpoint() for chunk in trainer.chunks]
         if cfg.lora.enabled:
             from ..models.lora import adapter_state
 
-            model = adapter_state(model)
+            models = [adapter_state(model) for model in models]
         state = {
             "args": megatron_args(cfg, info.world_size, trainer.iteration, trainer.consumed),
-            "model": model,
+            **model_entries(models),
             "optimizer": trainer.optimizer.state_dict(),
             "opt_param_scheduler": trainer.scheduler.state_dict(),
             "rng_state": rngs,
@@ -86,13 +95,17 @@ def save_training_checkpoint(trainer):
         trainer.optimizer.save_parameter_state(str(rank_dir / DISTRIB_OPTIM_FILE))
 
     return save_checkpoint(cfg.checkpoint.save, trainer.iteration, state, info.tp_rank, info.pp_rank, info.pp,
-                           is_rank0=info.rank == 0, write_collective=write_optimizer_shards if distributed else None)
+                           is_rank0=info.rank == 0, write_collective=write_optimizer_shards if distributed else None,
+                           ep_rank=info.ep_rank, ep=info.ep)
 
 
 def _check_layout(args, cfg, where) -> None:
     p = cfg.parallel
     for name, ours in (("tensor_model_parallel_size", p.tensorModelParallelSize),
                        ("pipeline_model_parallel_size", p.pipelineModelParallelSize),
+                       ("expert_model_parallel_size", p.expertModelParallelSize),
+                       ("virtual_pipeline_model_parallel_size", cfg.virtual_pipeline_size),
+                       ("num_experts", cfg.model.numExperts),
                        ("num_layers", cfg.model.numLayers), ("hidden_size", cfg.model.hiddenSize)):
         theirs = getattr(args, name, ours)
         if theirs != ours:
@@ -110,7 +123,7 @@ def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
             print(f"no checkpoint in {root} (no latest_checkpointed_iteration.txt): starting fresh",
                   file=sys.stderr, flush=True)
         return None
-    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp)
+    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
     path = folder / MODEL_FILE
     if not path.is_file():
         raise CheckpointMismatch(f"{path}: missing; the checkpoint does not have this run's tensor/pipeline layout")
@@ -120,12 +133,24 @@ def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
     return iteration, folder, state
 
 
-def _load_model(gpt, state: dict, where, adapters: bool) -> None:
-    """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present."""
+def _load_model(trainer, state: dict, where, adapters: bool) -> None:
+    """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present; one state
+    dict per model chunk (``model0``, ``model1``, ... with virtual pipeline stages)."""
+    from ..train.loop import unwrap
+
+    for i, chunk in enumerate(trainer.chunks):
+        key = "model" if len(trainer.chunks) == 1 else f"model{i}"
+        if key not in state:
+            raise CheckpointMismatch(f"{where}: no '{key}' state dict; the checkpoint has another number of virtual "
+                                     f"pipeline stages (numLayersPerVirtualPipelineStage)")
+        _load_chunk(unwrap(chunk), state[key], where, adapters)
+
+
+def _load_chunk(gpt, saved: dict, where, adapters: bool) -> None:
     from ..models.lora import is_adapter_key
 
     expected = {k for k in gpt.state_dict() if is_adapter_key(k) == adapters and not k.endswith("._extra_state")}
-    given = {k: v for k, v in state["model"].items() if is_adapter_key(k) == adapters}
+    given = {k: v for k, v in saved.items() if is_adapter_key(k) == adapters}
     missing = sorted(expected - set(given))
     if missing:
         what = "adapter" if adapters else "model"
@@ -176,15 +201,13 @@ def load_training_checkpoint(trainer) -> str | None:
     With LoRA the base in ``checkpoint.load`` is always weights only; ``lora.loraLoad`` resumes the adapters.
     A missing tracker file is not an error (the first run of a job that saves to the same folder).
     """
-    from ..train.loop import unwrap
-
     cfg = trainer.cfg
     ck, lora = cfg.checkpoint, cfg.lora
     loaded = []
     base = _read_rank_file(ck.load, trainer) if ck.load else None
     if base is not None:
         iteration, folder, state = base
-        _load_model(unwrap(trainer.model), state, folder, adapters=False)
+        _load_model(trainer, state, folder, adapters=False)
         if not lora.enabled and not ck.finetune and iteration != RELEASE:
             _resume(trainer, iteration, folder, state)
             loaded.append(f"{ck.load} at iteration {iteration}")
@@ -193,7 +216,7 @@ def load_training_checkpoint(trainer) -> str | None:
     adapter = _read_rank_file(lora.loraLoad, trainer) if lora.loraLoad else None
     if adapter is not None:
         iteration, folder, state = adapter
-        _load_model(unwrap(trainer.model), state, folder, adapters=True)
+        _load_model(trainer, state, folder, adapters=True)
         if not ck.finetune and iteration != RELEASE:
             _resume(trainer, iteration, folder, state)
         loaded.append(f"LoRA adapters {lora.loraLoad} at iteration {iteration}")
@@ -211,4 +234,6 @@ def load_model_weights(gpt, root, trainer) -> None:
     if found is None:
         raise CheckpointMismatch(f"{root}: no checkpoint (latest_checkpointed_iteration.txt missing)")
     _, folder, state = found
-    _load_model(gpt, state, folder, adapters=False)
+    if "model" not in state:
+        raise CheckpointMismatch(f"{folder}: a checkpoint with virtual pipeline stages cannot be a reference model")
+    _load_chunk(gpt, state["model"], folder, adapters=False)

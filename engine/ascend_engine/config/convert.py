@@ -26,12 +26,20 @@ class ConvertConfig(EngineModel):
     """Checkpoint to read."""
     saveDir: Annotated[str, Field(min_length=1), Flag("--save-dir")]
     """Where to write the result (created; an existing HF directory must be empty)."""
-    modelTypeHf: Annotated[Literal["qwen3", "qwen2", "llama2", "llama3"] | None, Flag("--model-type-hf")] = None
+    modelTypeHf: Annotated[Literal["qwen3", "qwen2", "llama2", "llama3", "qwen3_moe", "qwen2_moe", "mixtral"] | None,
+                           Flag("--model-type-hf")] = None
     """Model family of the HF side; read from config.json when loading HF, required when saving HF."""
     targetTensorParallelSize: Annotated[PositiveInt, Flag("--target-tensor-parallel-size")] = 1
     """Tensor parallel size of a Megatron output."""
     targetPipelineParallelSize: Annotated[PositiveInt, Flag("--target-pipeline-parallel-size")] = 1
     """Pipeline parallel size of a Megatron output."""
+    targetExpertParallelSize: Annotated[PositiveInt, Flag("--target-expert-parallel-size")] = 1
+    """Expert parallel size of a Megatron output (MoE models): routed experts split over EP ranks, files
+    mp_rank_TT[_PPP]_EEE."""
+    numLayersPerVirtualPipelineStage: Annotated[PositiveInt | None,
+                                                Flag("--num-layers-per-virtual-pipeline-stage")] = None
+    """Virtual pipeline stages of a Megatron output: each PP rank's file holds model0, model1, ... chunks of this
+    many layers (chunk c of rank p is virtual stage c x PP + p), as training with the same flag expects."""
     numLayerList: Annotated[list[PositiveInt] | None, Flag("--num-layer-list")] = None
     """Layers per pipeline stage for an uneven split, e.g. "11,13,19,21"; must sum to the number of layers."""
     paramsDtype: Annotated[Literal["fp32", "fp16", "bf16"] | None, Flag("--params-dtype")] = None
@@ -73,9 +81,14 @@ class ConvertConfig(EngineModel):
         if self.numLayerList is not None and len(self.numLayerList) != self.targetPipelineParallelSize:
             raise ValueError(f"numLayerList has {len(self.numLayerList)} entries but targetPipelineParallelSize "
                              f"is {self.targetPipelineParallelSize}")
-        if self.saveModelType == "hf" and (self.targetTensorParallelSize, self.targetPipelineParallelSize) != (1, 1):
-            raise ValueError("an HF output is not split: targetTensorParallelSize and targetPipelineParallelSize "
-                             "must be 1 with saveModelType hf")
+        if self.numLayersPerVirtualPipelineStage is not None and (self.numLayerList is not None
+                                                                  or self.targetPipelineParallelSize == 1):
+            raise ValueError("numLayersPerVirtualPipelineStage needs targetPipelineParallelSize > 1 and no "
+                             "numLayerList")
+        layout = (self.targetTensorParallelSize, self.targetPipelineParallelSize, self.targetExpertParallelSize)
+        if self.saveModelType == "hf" and layout != (1, 1, 1):
+            raise ValueError("an HF output is not split: targetTensorParallelSize, targetPipelineParallelSize and "
+                             "targetExpertParallelSize must be 1 with saveModelType hf")
         if self.loraLoad:
             missing = [n for n in ("loraR", "loraAlpha", "loraTargetModules") if getattr(self, n) is None]
             if missing:

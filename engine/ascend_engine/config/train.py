@@ -65,6 +65,34 @@ class ModelConfig(EngineModel):
     """Dropout on hidden states."""
     initMethodStd: Annotated[float, Field(gt=0), Flag("--init-method-std")] = 0.02
     """Standard deviation of the weight initialisation."""
+    numExperts: Annotated[PositiveInt | None, Flag("--num-experts")] = None
+    """Mixture of experts: routed experts per MoE layer (megatron-core's MoELayer); unset for a dense model."""
+    moeRouterTopk: Annotated[PositiveInt, Flag("--moe-router-topk")] = 2
+    """Experts each token is routed to."""
+    moeFfnHiddenSize: Annotated[PositiveInt | None, Flag("--moe-ffn-hidden-size")] = None
+    """Hidden size of each routed expert's MLP; default ffnHiddenSize."""
+    moeRouterPreSoftmax: Annotated[bool, Flag("--moe-router-pre-softmax")] = False
+    """Softmax over all experts before top-k, probabilities not renormalised (Qwen2-MoE, norm_topk_prob false);
+    default: softmax over the top-k logits (equal to Mixtral's / Qwen3-MoE's renormalised top-k)."""
+    moeAuxLossCoeff: Annotated[float, Field(ge=0), Flag("--moe-aux-loss-coeff")] = 0.0
+    """Weight of the load-balancing (auxiliary) loss."""
+    moeRouterLoadBalancingType: Annotated[Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"],
+                                          Flag("--moe-router-load-balancing-type")] = "aux_loss"
+    """Load-balancing strategy of the router."""
+    moeZLossCoeff: Annotated[float | None, Field(ge=0), Flag("--moe-z-loss-coeff")] = None
+    """Weight of the router z-loss (unset: none)."""
+    moeTokenDispatcherType: Annotated[Literal["alltoall", "allgather"], Flag("--moe-token-dispatcher-type")] = \
+        "alltoall"
+    """How tokens reach the expert-parallel ranks holding their experts."""
+    moeGroupedGemm: Annotated[bool, Flag("--moe-grouped-gemm")] = False
+    """One grouped GEMM for all local experts (GPU/NPU only; refused on CPU)."""
+    moeSharedExpertIntermediateSize: Annotated[PositiveInt | None,
+                                               Flag("--moe-shared-expert-intermediate-size")] = None
+    """Hidden size of the shared expert every token also goes through (Qwen2-MoE); unset: none."""
+    moeSharedExpertGate: Annotated[bool, Flag("--moe-shared-expert-gate", "--shared-expert-gate")] = False
+    """Scale the shared expert's output by sigmoid(x . w) (Qwen2-MoE's shared_expert_gate)."""
+    moeLayerFreq: Annotated[PositiveInt, Flag("--moe-layer-freq")] = 1
+    """Every moeLayerFreq-th layer is an MoE layer (layer i when i % moeLayerFreq == 0), the rest dense."""
 
     @property
     def num_query_groups(self) -> int:
@@ -77,6 +105,21 @@ class ModelConfig(EngineModel):
     @property
     def ffn_hidden_size(self) -> int:
         return self.ffnHiddenSize or 4 * self.hiddenSize
+
+    @property
+    def moe_ffn_hidden_size(self) -> int:
+        return self.moeFfnHiddenSize or self.ffn_hidden_size
+
+    @property
+    def active_ffn_hidden_size(self) -> int:
+        """MLP width one token passes through (for FLOPs): its top-k experts and the shared expert in MoE layers."""
+        if self.numExperts is None:
+            return self.ffn_hidden_size
+        return self.moeRouterTopk * self.moe_ffn_hidden_size + (self.moeSharedExpertIntermediateSize or 0)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether global layer ``layer`` (0-based) has routed experts (Megatron's integer moe_layer_freq)."""
+        return self.numExperts is not None and layer % self.moeLayerFreq == 0
 
     def padded_vocab_size(self, tensor_parallel: int) -> int:
         if self.paddedVocabSize:
@@ -92,6 +135,12 @@ class ModelConfig(EngineModel):
         if self.kvChannels is None and self.hiddenSize % self.numAttentionHeads:
             raise ValueError(f"hiddenSize ({self.hiddenSize}) must be divisible by numAttentionHeads "
                              f"({self.numAttentionHeads}) unless kvChannels is set")
+        if self.numExperts is not None and self.moeRouterTopk > self.numExperts:
+            raise ValueError(f"moeRouterTopk ({self.moeRouterTopk}) exceeds numExperts ({self.numExperts})")
+        if self.numExperts is None and (self.moeSharedExpertIntermediateSize or self.moeGroupedGemm):
+            raise ValueError("moeSharedExpertIntermediateSize / moeGroupedGemm need numExperts (--num-experts)")
+        if self.moeSharedExpertGate and not self.moeSharedExpertIntermediateSize:
+            raise ValueError("moeSharedExpertGate needs moeSharedExpertIntermediateSize")
         return self
 
 
@@ -102,10 +151,17 @@ class ParallelConfig(EngineModel):
     """Tensor parallel size (TP)."""
     pipelineModelParallelSize: Annotated[PositiveInt, Flag("--pipeline-model-parallel-size")] = 1
     """Pipeline parallel size (PP), scheduled as 1F1B."""
+    numLayersPerVirtualPipelineStage: Annotated[PositiveInt | None,
+                                                Flag("--num-layers-per-virtual-pipeline-stage")] = None
+    """Virtual pipeline stages (interleaved 1F1B): each PP rank holds numLayers / (PP x this) model chunks of this
+    many layers, chunk c of rank p being virtual stage c x PP + p; needs PP > 1."""
+    expertModelParallelSize: Annotated[PositiveInt, Flag("--expert-model-parallel-size")] = 1
+    """Expert parallel size (EP): routed experts are split over EP ranks; expert layers use TP x EP x PP ranks
+    (experts are tensor-parallel like the dense MLP, Megatron's default expert tensor parallel size)."""
     useDistributedOptimizer: Annotated[bool, Flag("--use-distributed-optimizer")] = False
     """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
     sequenceParallel: Annotated[bool, Flag("--sequence-parallel")] = False
-    """Sequence parallelism with TP (needs a fused RMSNorm: NPU or CUDA, not CPU)."""
+    """Sequence parallelism with TP (needed for MoE with TP; on CPU the torch norms are marked for it)."""
 
 
 class TrainingConfig(EngineModel):
@@ -303,8 +359,26 @@ class TrainConfig(EngineModel):
                             ("ffnHiddenSize", m.ffn_hidden_size)):
             if value % tp:
                 raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.{name} ({value})")
+        ep = p.expertModelParallelSize
+        if ep > 1 and m.numExperts is None:
+            raise ValueError(f"parallel.expertModelParallelSize ({ep}) needs model.numExperts (an MoE model)")
+        if m.numExperts is not None:
+            if m.numExperts % ep:
+                raise ValueError(f"parallel.expertModelParallelSize ({ep}) must divide model.numExperts "
+                                 f"({m.numExperts})")
+            if m.moe_ffn_hidden_size % tp:
+                raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.moeFfnHiddenSize "
+                                 f"({m.moe_ffn_hidden_size})")
+            if self.data.variableSeqLengths and m.moeTokenDispatcherType == "allgather":
+                raise ValueError("data.variableSeqLengths needs model.moeTokenDispatcherType alltoall "
+                                 "(megatron-core refuses variable lengths with the allgather dispatcher)")
         if m.numLayers % pp:
             raise ValueError(f"parallel.pipelineModelParallelSize ({pp}) must divide model.numLayers ({m.numLayers})")
+        per_chunk = p.numLayersPerVirtualPipelineStage
+        if per_chunk is not None and (pp == 1 or m.numLayers % (pp * per_chunk) or m.numLayers // (pp * per_chunk) < 2):
+            raise ValueError(f"parallel.numLayersPerVirtualPipelineStage ({per_chunk}) needs pipelineModelParallelSize "
+                             f"> 1 and model.numLayers ({m.numLayers}) a multiple of 2 x pipelineModelParallelSize "
+                             f"({pp}) x numLayersPerVirtualPipelineStage (at least two chunks per stage)")
         if t.globalBatchSize % t.microBatchSize:
             raise ValueError(f"training.globalBatchSize ({t.globalBatchSize}) must be a multiple of "
                              f"training.microBatchSize ({t.microBatchSize})")
@@ -318,6 +392,9 @@ class TrainConfig(EngineModel):
                              f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
+        if self.stage in PAIRWISE_STAGES and p.numLayersPerVirtualPipelineStage:
+            raise ValueError(f"stage {self.stage} with parallel.numLayersPerVirtualPipelineStage: preference stages run "
+                             "the non-interleaved pipeline schedule only; drop the virtual pipeline stages")
         return self
 
     @property
@@ -325,15 +402,31 @@ class TrainConfig(EngineModel):
         """The dpo and simpo stages read preference pairs (with or without --is-pairwise-dataset)."""
         return self.data.isPairwiseDataset or self.stage in PAIRWISE_STAGES
 
+    @property
+    def virtual_pipeline_size(self) -> int | None:
+        """Model chunks per pipeline rank (Megatron's virtual_pipeline_model_parallel_size); None without VPP."""
+        per_chunk = self.parallel.numLayersPerVirtualPipelineStage
+        return None if per_chunk is None else self.model.numLayers // (self.parallel.pipelineModelParallelSize * per_chunk)
+
     def check_world_size(self, world_size: int) -> int:
         """Validate against the launched world; returns the data-parallel size."""
         tp, pp = self.parallel.tensorModelParallelSize, self.parallel.pipelineModelParallelSize
+        ep = self.parallel.expertModelParallelSize
         if world_size % (tp * pp):
             raise ValueError(f"world size {world_size} (nnodes x nprocPerNode) is not divisible by "
                              f"tensorModelParallelSize x pipelineModelParallelSize = {tp} x {pp}")
+        if world_size % (tp * pp * ep):
+            raise ValueError(f"world size {world_size} (nnodes x nprocPerNode) is not divisible by "
+                             f"tensorModelParallelSize x pipelineModelParallelSize x expertModelParallelSize = "
+                             f"{tp} x {pp} x {ep} (the expert layers' ranks)")
         dp = world_size // (tp * pp)
         per_step = self.training.microBatchSize * dp
         if self.training.globalBatchSize % per_step:
             raise ValueError(f"training.globalBatchSize ({self.training.globalBatchSize}) must be a multiple of "
                              f"microBatchSize x data-parallel size = {self.training.microBatchSize} x {dp}")
+        micro, pp = self.training.globalBatchSize // per_step, self.parallel.pipelineModelParallelSize
+        if self.virtual_pipeline_size and micro % pp:
+            raise ValueError(f"the interleaved schedule (numLayersPerVirtualPipelineStage) needs the micro-batches per "
+                             f"step ({micro} = globalBatchSize / (microBatchSize x data-parallel size)) to be a "
+                             f"multiple of pipelineModelParallelSize ({pp})")
         return dp

@@ -53,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
 def layer_counts_for(cfg: ConvertConfig, num_layers: int) -> list[int]:
     pp = cfg.targetPipelineParallelSize
+    per_chunk = cfg.numLayersPerVirtualPipelineStage
+    if per_chunk is not None:  # one entry per virtual stage
+        if num_layers % (pp * per_chunk) or num_layers // (pp * per_chunk) < 2:
+            raise ConfigError(f"numLayersPerVirtualPipelineStage ({per_chunk}) x targetPipelineParallelSize ({pp}) "
+                              f"x 2 or more chunks must make up the model's {num_layers} layers")
+        return [per_chunk] * (num_layers // per_chunk)
     if cfg.numLayerList is not None:
         if sum(cfg.numLayerList) != num_layers:
             raise ConfigError(f"numLayerList {cfg.numLayerList} sums to {sum(cfg.numLayerList)}, but the model has "
@@ -64,11 +70,20 @@ def layer_counts_for(cfg: ConvertConfig, num_layers: int) -> list[int]:
     return [num_layers // pp] * pp
 
 
-def _check_tp(model: ModelConfig, tp: int) -> None:
-    for name, value in (("numAttentionHeads", model.numAttentionHeads), ("numQueryGroups", model.num_query_groups),
-                        ("ffnHiddenSize", model.ffn_hidden_size), ("paddedVocabSize", model.padded_vocab_size(tp))):
+def _check_tp(model: ModelConfig, tp: int, ep: int) -> None:
+    sizes = [("numAttentionHeads", model.numAttentionHeads), ("numQueryGroups", model.num_query_groups),
+             ("ffnHiddenSize", model.ffn_hidden_size), ("paddedVocabSize", model.padded_vocab_size(tp))]
+    if model.numExperts is not None:
+        sizes += [("moeFfnHiddenSize", model.moe_ffn_hidden_size),
+                  ("moeSharedExpertIntermediateSize", model.moeSharedExpertIntermediateSize or tp)]
+    for name, value in sizes:
         if value % tp:
             raise ConfigError(f"targetTensorParallelSize ({tp}) does not divide the model's {name} ({value})")
+    if ep > 1 and model.numExperts is None:
+        raise ConfigError(f"targetExpertParallelSize ({ep}) needs an MoE model; this one has no experts")
+    if model.numExperts is not None and model.numExperts % ep:
+        raise ConfigError(f"targetExpertParallelSize ({ep}) does not divide the model's numExperts "
+                          f"({model.numExperts})")
     if model.padded_vocab_size(tp) < model.vocabSize:
         raise ConfigError(f"paddedVocabSize ({model.padded_vocab_size(tp)}) is smaller than the vocabulary "
                           f"({model.vocabSize})")
@@ -147,14 +162,16 @@ def convert(cfg: ConvertConfig) -> dict:
 
     if cfg.saveModelType == "mg":
         target = _mg_target(cfg, source)
-        tp = cfg.targetTensorParallelSize
-        _check_tp(target, tp)
+        tp, ep = cfg.targetTensorParallelSize, cfg.targetExpertParallelSize
+        _check_tp(target, tp, ep)
         counts = layer_counts_for(cfg, target.numLayers)
         iteration = source.iteration
         _check_output(cfg, iteration)
 
         def write(root: Path, meta: bool, progress=None):
-            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress)
+            return write_megatron(unsplit, target, root, iteration, tp, counts, dtype, source.args, meta, progress, ep,
+                                  len(counts) // cfg.targetPipelineParallelSize if cfg.numLayersPerVirtualPipelineStage
+                                  else None)
     else:
         target, family, template = _hf_target(cfg, source)
         _check_output(cfg, None)
@@ -200,7 +217,9 @@ def convert(cfg: ConvertConfig) -> dict:
               "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2),
               "layers": target.numLayers}
     if cfg.saveModelType == "mg":
-        report.update(iteration=iteration, tensorModelParallelSize=tp, pipelineModelParallelSize=len(counts))
+        report.update(iteration=iteration, tensorModelParallelSize=tp,
+                      pipelineModelParallelSize=cfg.targetPipelineParallelSize,
+                      expertModelParallelSize=ep)
     return report
 
 

@@ -5,7 +5,8 @@ has this feature. The converter walks the rows both ways; nothing here is specif
 
 Rules: ``copy`` (one to one), ``qkv`` (q, k, v fused per query group: for group g the rows are g's query
 heads, then k_g, then v_g, so a plain TP chunk keeps whole groups together), ``gate_up`` (gate then up
-stacked along dim 0; TP interleaves them per rank in tensor_parallel.py).
+stacked along dim 0; TP interleaves them per rank in tensor_parallel.py). In MoE rows "{e}" is the routed
+expert's global number, on both sides (HF checkpoints keep one tensor per expert on disk).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from ..config.train import ModelConfig
 from .errors import ConvertError
-from .mcore_layout import is_extra_state, model_keys, split_layer_key
+from .mcore_layout import is_extra_state, model_keys, split_expert_key, split_layer_key
 from .tensor_parallel import cat
 
 
@@ -48,13 +49,16 @@ class Family:
             if is_extra_state(key):
                 continue
             found = split_layer_key(key)
+            expert = split_expert_key(key)
             pattern = f"decoder.layers.{{i}}.{found[1]}" if found else key
+            if expert:
+                pattern = f"decoder.layers.{{i}}.mlp.experts.local_experts.{{e}}.{expert[2]}"
             row = by_pattern.get(pattern)
             if row is None:
                 raise MappingError(f"model family {self.name!r} has no HF name for {pattern} (the model has a "
                                    f"feature this family does not support)")
-            layer = {"i": found[0]} if found else {}
-            plan[key] = (row.rule, pattern, tuple(h.format(**layer) for h in row.hf))
+            numbers = ({"i": found[0]} if found else {}) | ({"e": expert[1]} if expert else {})
+            plan[key] = (row.rule, pattern, tuple(h.format(**numbers) for h in row.hf))
         return plan
 
 
@@ -121,10 +125,37 @@ _QK_NORM = (
     Row(_M + "self_attention.k_layernorm.weight", (_L + "self_attn.k_norm.weight",), when="qkLayernorm"),
 )
 
+_ATTENTION = tuple(r for r in _DECODER if ".mlp." not in r.mcore)
+
+
+def _moe_rows(block: str, router: str, gate: str, up: str, down: str) -> tuple[Row, ...]:
+    """Router and routed experts of an HF sparse-MoE block (``block`` is its module name in the layer)."""
+    expert, local = f"{_L}{block}.experts.{{e}}.", _M + "mlp.experts.local_experts.{e}."
+    return (
+        Row(_M + "mlp.router.weight", (f"{_L}{block}.{router}.weight",)),
+        Row(local + "linear_fc1.weight", (f"{expert}{gate}.weight", f"{expert}{up}.weight"), "gate_up"),
+        Row(local + "linear_fc2.weight", (f"{expert}{down}.weight",)),
+    )
+
+
+_QWEN_MOE = _moe_rows("mlp", "gate", "gate_proj", "up_proj", "down_proj")
+_SHARED_EXPERT = (
+    Row(_M + "mlp.shared_experts.linear_fc1.weight",
+        (_L + "mlp.shared_expert.gate_proj.weight", _L + "mlp.shared_expert.up_proj.weight"), "gate_up"),
+    Row(_M + "mlp.shared_experts.linear_fc2.weight", (_L + "mlp.shared_expert.down_proj.weight",)),
+    Row(_M + "mlp.shared_experts.gate_weight", (_L + "mlp.shared_expert_gate.weight",), when="moeSharedExpertGate"),
+)
+
 FAMILIES = {
     "qwen3": Family("qwen3", "qwen3", "Qwen3ForCausalLM", _DECODER + _QK_NORM),
     "qwen2": Family("qwen2", "qwen2", "Qwen2ForCausalLM", _DECODER + _QKV_BIAS),
     # MindSpeed-LLM's recipes convert Qwen2.5 as "llama2 --add-qkv-bias": the bias rows keep that working.
     "llama2": Family("llama2", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
     "llama3": Family("llama3", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
+    # Mixture of experts: megatron-core's TopKRouter + SequentialMLP experts (+ SharedExpertMLP).
+    "qwen3_moe": Family("qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", _ATTENTION + _QK_NORM + _QWEN_MOE),
+    "qwen2_moe": Family("qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM",
+                        _ATTENTION + _QKV_BIAS + _QWEN_MOE + _SHARED_EXPERT),
+    "mixtral": Family("mixtral", "mixtral", "MixtralForCausalLM",
+                      _ATTENTION + _moe_rows("block_sparse_moe", "gate", "w1", "w3", "w2")),
 }

@@ -12,9 +12,34 @@ from ..config.train import ModelConfig
 from .families import FAMILIES, Family, MappingError
 
 # config.json "model_type" -> the features Megatron needs that the type implies
-_QWEN2_QKV_BIAS = {"qwen2"}
-_QK_NORM = {"qwen3"}
-SUPPORTED_MODEL_TYPES = {"qwen3", "qwen2", "llama"}
+_QWEN2_QKV_BIAS = {"qwen2", "qwen2_moe"}
+_QK_NORM = {"qwen3", "qwen3_moe"}
+_MOE = {"qwen3_moe", "qwen2_moe", "mixtral"}
+SUPPORTED_MODEL_TYPES = {"qwen3", "qwen2", "llama"} | _MOE
+
+
+def _moe_fields(hf: dict[str, Any], model_type: str, source: str) -> dict[str, Any]:
+    """ModelConfig's MoE fields from a sparse-MoE config.json (empty for dense types)."""
+    if model_type not in _MOE:
+        return {}
+    if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step") or 1) != 1:
+        raise MappingError(f"{source}: dense layers between MoE layers (mlp_only_layers / decoder_sparse_step > 1) "
+                           f"are not supported; every layer must be an MoE layer")
+    # Qwen's own configs say num_experts; transformers 5 writes num_local_experts for every family.
+    experts = hf.get("num_experts") or hf.get("num_local_experts")
+    if not experts:
+        raise MappingError(f"{source}: missing field 'num_experts' (or 'num_local_experts')")
+    expert_size = hf["intermediate_size"] if model_type == "mixtral" else hf["moe_intermediate_size"]
+    # Mixtral always renormalises the top-k probabilities; Qwen does when norm_topk_prob. Renormalised top-k of a
+    # softmax equals Megatron's default softmax over the top-k logits; without it Megatron's pre-softmax matches.
+    renormalised = model_type == "mixtral" or bool(hf.get("norm_topk_prob", False))
+    fields = dict(numExperts=int(experts), moeRouterTopk=int(hf["num_experts_per_tok"]),
+                  moeFfnHiddenSize=int(expert_size), moeRouterPreSoftmax=not renormalised,
+                  moeAuxLossCoeff=float(hf.get("router_aux_loss_coef") or 0.0))
+    if model_type == "qwen2_moe" and hf.get("shared_expert_intermediate_size"):
+        fields.update(moeSharedExpertIntermediateSize=int(hf["shared_expert_intermediate_size"]),
+                      moeSharedExpertGate=True)
+    return fields
 
 
 def _rope_theta(hf: dict[str, Any]) -> float:
@@ -49,6 +74,8 @@ def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisi
         raise MappingError(f"{source}: unknown architecture model_type={model_type!r}")
     if hf.get("hidden_act", "silu") != "silu":
         raise MappingError(f"{source}: hidden_act={hf.get('hidden_act')!r} is not supported (SwiGLU needs silu)")
+    if model_type == "qwen2_moe" and not hf.get("qkv_bias", True):
+        raise MappingError(f"{source}: qkv_bias=false is not supported for qwen2_moe")
     if hf.get("attention_bias") and model_type not in _QWEN2_QKV_BIAS:
         raise MappingError(f"{source}: attention_bias=true puts a bias on o_proj, which Megatron's "
                            f"--add-qkv-bias does not have; not supported")
@@ -69,6 +96,7 @@ def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisi
             rotaryBase=_rope_theta(hf), qkLayernorm=model_type in _QK_NORM,
             addQkvBias=model_type in _QWEN2_QKV_BIAS, addBiasLinear=False,
             untieEmbeddingsAndOutputWeights=not hf.get("tie_word_embeddings", False),  # the classes default to untied
+            **_moe_fields(hf, model_type, source),
         )
     except KeyError as e:
         raise MappingError(f"{source}: missing field {e.args[0]!r}") from None
@@ -78,7 +106,8 @@ def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisi
 
 _SHAPE_FIELDS = ("numLayers", "hiddenSize", "ffn_hidden_size", "numAttentionHeads", "num_query_groups", "head_dim",
                  "vocabSize", "qkLayernorm", "addQkvBias", "untieEmbeddingsAndOutputWeights", "rotaryBase",
-                 "normEpsilon")
+                 "normEpsilon", "numExperts", "moeRouterTopk", "moe_ffn_hidden_size", "moeRouterPreSoftmax",
+                 "moeSharedExpertIntermediateSize", "moeSharedExpertGate", "moeLayerFreq")
 
 
 def check_same_model(a: ModelConfig, b: ModelConfig, what_a: str, what_b: str) -> None:
@@ -86,6 +115,26 @@ def check_same_model(a: ModelConfig, b: ModelConfig, what_a: str, what_b: str) -
     diff = [f"{f}: {getattr(a, f)} vs {getattr(b, f)}" for f in _SHAPE_FIELDS if getattr(a, f) != getattr(b, f)]
     if diff:
         raise MappingError(f"{what_a} and {what_b} describe different models: " + "; ".join(diff))
+
+
+def _hf_moe_kwargs(model: ModelConfig, family: Family) -> dict[str, Any]:
+    """config.json's MoE fields for ``family`` (inverse of ``_moe_fields``)."""
+    moe_family = family.hf_model_type in _MOE
+    if moe_family != (model.numExperts is not None):
+        raise MappingError(f"the checkpoint is {'an MoE' if model.numExperts else 'a dense'} model; "
+                           f"{family.architecture} is {'an MoE' if moe_family else 'a dense'} architecture")
+    if not moe_family:
+        return {}
+    if model.moeLayerFreq != 1:
+        raise MappingError(f"moeLayerFreq={model.moeLayerFreq}: {family.architecture} here needs every layer MoE")
+    kwargs = dict(num_experts_per_tok=model.moeRouterTopk, router_aux_loss_coef=model.moeAuxLossCoeff)
+    if family.hf_model_type == "mixtral":
+        return kwargs | dict(num_local_experts=model.numExperts, intermediate_size=model.moe_ffn_hidden_size)
+    kwargs |= dict(num_experts=model.numExperts, moe_intermediate_size=model.moe_ffn_hidden_size,
+                   norm_topk_prob=not model.moeRouterPreSoftmax, decoder_sparse_step=1, mlp_only_layers=[])
+    if family.hf_model_type == "qwen2_moe":
+        kwargs["shared_expert_intermediate_size"] = model.moeSharedExpertIntermediateSize
+    return kwargs
 
 
 def hf_config_from_model(model: ModelConfig, family: Family, dtype: str) -> dict[str, Any]:
@@ -105,6 +154,7 @@ def hf_config_from_model(model: ModelConfig, family: Family, dtype: str) -> dict
     )
     if model.maxPositionEmbeddings:
         kwargs["max_position_embeddings"] = model.maxPositionEmbeddings
+    kwargs.update(_hf_moe_kwargs(model, family))
     hf = AutoConfig.for_model(family.hf_model_type, **kwargs).to_dict()
     check_same_model(model_config_from_hf(hf, "generated config.json"), model, "generated config.json",
                      "the checkpoint")

@@ -18,6 +18,10 @@ OUTPUT = "output_layer.weight"
 OUTPUT_EXTRA = "output_layer._extra_state"
 LAYER_PREFIX = "decoder.layers."
 _LAYER_KEY = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+ROUTER = "mlp.router.weight"
+EXPERTS = "mlp.experts.local_experts."
+SHARED_GATE = "mlp.shared_experts.gate_weight"
+_EXPERT_KEY = re.compile(r"^(decoder\.layers\.\d+\.mlp\.experts\.local_experts\.)(\d+)\.(.+)$")
 
 # How TP splits a tensor, by the key's ending. "column": dim 0 in rank order; "row": dim 1;
 # "vocab": dim 0 after padding; "gate_up": gate and up halves split separately, rank i gets [gate_i; up_i].
@@ -25,7 +29,7 @@ _SPLIT_BY_SUFFIX = (
     ("self_attention.linear_qkv.weight", "column"),
     ("self_attention.linear_qkv.bias", "column"),
     ("self_attention.linear_proj.weight", "row"),
-    ("mlp.linear_fc2.weight", "row"),
+    ("linear_fc2.weight", "row"),
     (EMBEDDING, "vocab"),
     (OUTPUT, "vocab"),
 )
@@ -35,8 +39,17 @@ LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 COLUMN_PARALLEL = ("linear_qkv", "linear_fc1")
 
 
-def layer_keys(model: ModelConfig) -> list[str]:
-    """Keys inside one transformer layer (relative to ``decoder.layers.<i>.``)."""
+def _mlp_keys(model: ModelConfig, prefix: str) -> list[str]:
+    """Keys of one (dense, expert or shared-expert) MLP below ``prefix``."""
+    keys = [f"{prefix}linear_fc1.weight"] + ([f"{prefix}linear_fc1.bias"] if model.addBiasLinear else [])
+    keys += [f"{prefix}linear_fc1._extra_state", f"{prefix}linear_fc2.weight"]
+    keys += [f"{prefix}linear_fc2.bias"] if model.addBiasLinear else []
+    return keys + [f"{prefix}linear_fc2._extra_state"]
+
+
+def layer_keys(model: ModelConfig, layer: int = 0) -> list[str]:
+    """Keys inside transformer layer ``layer`` (relative to ``decoder.layers.<i>.``). An MoE layer's routed
+    experts are numbered globally here (0..numExperts-1); each expert-parallel rank's file numbers its own from 0."""
     norm_bias = model.normalization == "LayerNorm"
     keys = ["input_layernorm.weight"] + (["input_layernorm.bias"] if norm_bias else [])
     keys += ["self_attention.linear_proj.weight"]
@@ -47,10 +60,14 @@ def layer_keys(model: ModelConfig) -> list[str]:
     if model.qkLayernorm:
         keys += ["self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"]
     keys += ["pre_mlp_layernorm.weight"] + (["pre_mlp_layernorm.bias"] if norm_bias else [])
-    keys += ["mlp.linear_fc1.weight"] + (["mlp.linear_fc1.bias"] if model.addBiasLinear else [])
-    keys += ["mlp.linear_fc1._extra_state", "mlp.linear_fc2.weight"]
-    keys += ["mlp.linear_fc2.bias"] if model.addBiasLinear else []
-    keys += ["mlp.linear_fc2._extra_state"]
+    if not model.is_moe_layer(layer):
+        return keys + _mlp_keys(model, "mlp.")
+    keys += [ROUTER]
+    for e in range(model.numExperts):
+        keys += _mlp_keys(model, f"{EXPERTS}{e}.")
+    if model.moeSharedExpertIntermediateSize:
+        keys += [SHARED_GATE] if model.moeSharedExpertGate else []
+        keys += _mlp_keys(model, "mlp.shared_experts.")
     return keys
 
 
@@ -62,7 +79,7 @@ def stage_keys(model: ModelConfig, first_layer: int, num_layers: int, first: boo
         if model.positionEmbeddingType == "learned_absolute":
             keys.append(POSITION_EMBEDDING)
     for i in range(first_layer, first_layer + num_layers):
-        keys += [f"{LAYER_PREFIX}{i}.{k}" for k in layer_keys(model)]
+        keys += [f"{LAYER_PREFIX}{i}.{k}" for k in layer_keys(model, i)]
     if last:
         keys.append(f"{FINAL_NORM}.weight")
         if model.normalization == "LayerNorm":
@@ -102,9 +119,41 @@ def split_kind(key: str, model: ModelConfig) -> str:
         if target in COLUMN_PARALLEL:
             return "replicated" if which == "A" else split_kind(module + ".weight", model)
         return "row" if which == "A" else "replicated"
-    if key.endswith("mlp.linear_fc1.weight") or key.endswith("mlp.linear_fc1.bias"):
+    if key.endswith(("linear_fc1.weight", "linear_fc1.bias")):
         return "gate_up" if model.swiglu else "column"
     for suffix, kind in _SPLIT_BY_SUFFIX:
         if key.endswith(suffix):
             return kind
     return "replicated"
+
+
+def split_expert_key(key: str) -> tuple[str, int, str] | None:
+    """``decoder.layers.1.mlp.experts.local_experts.5.linear_fc1.weight`` -> (prefix, 5, ``linear_fc1.weight``)."""
+    m = _EXPERT_KEY.match(key)
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+
+
+def expert_range(model: ModelConfig, ep: int, ep_rank: int) -> range:
+    """Global numbers of the routed experts expert-parallel rank ``ep_rank`` holds (contiguous, as Megatron)."""
+    per_rank = (model.numExperts or 0) // ep
+    return range(ep_rank * per_rank, (ep_rank + 1) * per_rank)
+
+
+def expert_to_local(key: str, model: ModelConfig, ep: int, ep_rank: int) -> str | None:
+    """The key in ``ep_rank``'s file (its experts renumbered from 0); None for an expert another rank holds.
+    Keys outside the routed experts are in every rank's file unchanged."""
+    found = split_expert_key(key)
+    if found is None:
+        return key
+    prefix, expert, rest = found
+    owned = expert_range(model, ep, ep_rank)
+    return f"{prefix}{expert - owned.start}.{rest}" if expert in owned else None
+
+
+def expert_to_global(key: str, model: ModelConfig, ep: int, ep_rank: int) -> str:
+    """Inverse of ``expert_to_local``."""
+    found = split_expert_key(key)
+    if found is None:
+        return key
+    prefix, expert, rest = found
+    return f"{prefix}{expert + expert_range(model, ep, ep_rank).start}.{rest}"

@@ -1,7 +1,7 @@
-"""Megatron checkpoints (``iter_*/mp_rank_TT[_PPP]/model_optim_rng.pt``) as one unsplit model, lazily.
+"""Megatron checkpoints (``iter_*/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt``) as one unsplit model, lazily.
 
 ``MegatronReader`` opens every rank file of the latest iteration without reading tensor data and serves
-whole (TP-merged, globally numbered) tensors on request. ``checkpoint_args`` makes the ``args`` namespace
+whole (TP-merged, layers and experts globally numbered) tensors on request. ``checkpoint_args`` makes the ``args`` namespace
 Megatron-LM and MindSpeed-LLM read the model shape from.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.layout import RELEASE, checkpoint_file, iteration_dir, read_latest
+from ..checkpoint.layout import MODEL_FILE, RELEASE, checkpoint_file, iteration_dir, rank_dir_name, read_latest
+from ..checkpoint.megatron_args import moe_args, moe_fields_from_args
 from ..config.train import ModelConfig
-from .mcore_layout import split_kind, split_layer_key, with_layer
+from .mcore_layout import expert_to_global, split_expert_key, split_kind, split_layer_key, with_layer
 from .tensor_parallel import merge
 from .torch_file import CheckpointFileError, LazyTensor, LazyTorchFile
 
@@ -53,6 +54,7 @@ def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig
             rotaryBase=float(get("rotary_base", 10000)), qkLayernorm=bool(get("qk_layernorm", False)),
             addQkvBias=bool(get("add_qkv_bias", False)), addBiasLinear=bool(get("add_bias_linear", True)),
             untieEmbeddingsAndOutputWeights=bool(get("untie_embeddings_and_output_weights", False)),
+            **moe_fields_from_args(args),
         )
     except AttributeError as e:
         raise CheckpointFileError(f"{source}: checkpoint args lack {e.name or e}") from None
@@ -61,7 +63,7 @@ def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig
 
 
 def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int], dtype: torch.dtype,
-                    base: argparse.Namespace | None = None) -> argparse.Namespace:
+                    base: argparse.Namespace | None = None, ep: int = 1, vpp: int | None = None) -> argparse.Namespace:
     """The ``args`` of a written checkpoint: the source's (when it had some) with shape and layout updated."""
     args = copy.copy(base) if base is not None else argparse.Namespace()
     uneven = len(set(layer_counts)) > 1
@@ -76,10 +78,12 @@ def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int
         qk_layernorm=model.qkLayernorm, add_qkv_bias=model.addQkvBias, add_bias_linear=model.addBiasLinear,
         untie_embeddings_and_output_weights=model.untieEmbeddingsAndOutputWeights,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=None,
+        virtual_pipeline_model_parallel_size=vpp,
+        num_layers_per_virtual_pipeline_stage=layer_counts[0] if vpp else None,
         num_layer_list=",".join(map(str, layer_counts)) if uneven else None,
         params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
         transformer_impl="local", use_mcore_models=True,
+        **moe_args(model), expert_model_parallel_size=ep,
     )
     return args
 
@@ -96,37 +100,51 @@ class MegatronReader:
         if self.iteration is None:
             raise CheckpointFileError(f"{self.root}: no latest_checkpointed_iteration.txt (not a Megatron checkpoint)")
         base = iteration_dir(self.root, self.iteration)
-        pp = 1 if (base / "mp_rank_00").is_dir() else None
-        if pp is None and not (base / "mp_rank_00_000").is_dir():
-            raise CheckpointFileError(f"{base}: no mp_rank_00 or mp_rank_00_000 folder")
-        first = self._open(checkpoint_file(self.root, self.iteration, 0, 0, pp or 2))
+        # mp_rank_00_000 is PP rank 0 or EP rank 0 (Megatron's names); the args inside say which.
+        found = [base / n for n in ("mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000") if (base / n).is_dir()]
+        if not found:
+            raise CheckpointFileError(f"{base}: no mp_rank_00, mp_rank_00_000 or mp_rank_00_000_000 folder")
+        first = self._open(found[0] / MODEL_FILE)
         self.args = first.obj.get("args") if isinstance(first.obj, dict) else None
         if self.args is None:
             raise CheckpointFileError(f"{first.path}: no 'args' in the checkpoint")
         self.tp = int(getattr(self.args, "tensor_model_parallel_size", 1))
         self.pp = int(getattr(self.args, "pipeline_model_parallel_size", 1))
-        if (pp == 1) != (self.pp == 1):
-            raise CheckpointFileError(f"{base}: folder names disagree with pipeline_model_parallel_size={self.pp}")
-        self.files = [[first if (t, s) == (0, 0) else self._open(checkpoint_file(self.root, self.iteration, t, s,
-                                                                                   self.pp))
-                       for t in range(self.tp)] for s in range(self.pp)]
+        self.ep = int(getattr(self.args, "expert_model_parallel_size", None) or 1)
+        if found[0].name != rank_dir_name(0, 0, self.pp, 0, self.ep):
+            raise CheckpointFileError(f"{base}: folder names disagree with pipeline_model_parallel_size={self.pp} "
+                                      f"and expert_model_parallel_size={self.ep}")
+        # files[stage][ep_rank][tp_rank]
+        self.files = [[[first if (t, s, e) == (0, 0, 0) else
+                        self._open(checkpoint_file(self.root, self.iteration, t, s, self.pp, e, self.ep))
+                        for t in range(self.tp)] for e in range(self.ep)] for s in range(self.pp)]
         self.model = model_config_from_args(self.args, str(first.path))
-        # global key -> (stage, key inside that stage's files)
-        self.index: dict[str, tuple[int, str]] = {}
-        self.layer_counts = []
+        self.vpp = int(getattr(self.args, "virtual_pipeline_model_parallel_size", None) or 1)
+        # global key -> (stage, expert-parallel rank, model chunk, key inside that rank's files)
+        self.index: dict[str, tuple[int, int, str, str]] = {}
+        self.layer_counts = []  # per virtual stage: chunk c of PP rank s is virtual stage c x PP + s
         offset = 0
-        for s, ranks in enumerate(self.files):
-            state = self._state(ranks[0])
-            local_layers = {split_layer_key(_normalize(k))[0] for k in state if split_layer_key(_normalize(k))
-                            and is_lora_key(_normalize(k)) == lora}
-            for k in state:
-                name = _normalize(k)
-                if is_lora_key(name) != lora:
-                    continue
-                found = split_layer_key(name)
-                self.index[with_layer(name, found[0] + offset) if found else name] = (s, k)
+        for v in range(self.pp * self.vpp):
+            s, chunk = v % self.pp, self._chunk_key(v // self.pp)
+            local_layers = set()
+            for e, ranks in enumerate(self.files[s]):
+                for k in self._state(ranks[0], chunk):
+                    name = _normalize(k)
+                    if is_lora_key(name) != lora:
+                        continue
+                    found = split_layer_key(name)
+                    if found:
+                        local_layers.add(found[0])
+                    if e > 0 and split_expert_key(name) is None:
+                        continue  # dense tensors are in every expert-parallel rank's file; read rank 0's
+                    name = expert_to_global(name, self.model, self.ep, e)
+                    self.index[with_layer(name, found[0] + offset) if found else name] = (s, e, chunk, k)
             self.layer_counts.append(len(local_layers))
             offset += len(local_layers)
+
+    def _chunk_key(self, chunk: int) -> str:
+        """``model``, or ``model<c>`` with virtual pipeline stages (Megatron-LM's names)."""
+        return "model" if self.vpp == 1 else f"model{chunk}"
 
     @staticmethod
     def _open(path: Path) -> LazyTorchFile:
@@ -135,12 +153,12 @@ class MegatronReader:
         return LazyTorchFile(path)
 
     @staticmethod
-    def _state(f: LazyTorchFile) -> dict:
+    def _state(f: LazyTorchFile, chunk: str = "model") -> dict:
         obj = f.obj
-        if not isinstance(obj, dict) or "model" not in obj:
-            which = "virtual-pipeline checkpoints (model0, model1...) are" if "model0" in (obj or {}) else "it is"
-            raise CheckpointFileError(f"{f.path}: no 'model' state dict; {which} not supported")
-        return obj["model"]
+        if not isinstance(obj, dict) or chunk not in obj:
+            raise CheckpointFileError(f"{f.path}: no {chunk!r} state dict (virtual pipeline stages in the file and "
+                                      f"virtual_pipeline_model_parallel_size in its args disagree?)")
+        return obj[chunk]
 
     @property
     def iteration_number(self) -> int:
@@ -153,10 +171,10 @@ class MegatronReader:
         """The whole tensor (merged over TP ranks) for a global key."""
         if key not in self.index:
             raise CheckpointFileError(f"{self.root}: checkpoint has no tensor {key}")
-        stage, local = self.index[key]
+        stage, ep_rank, chunk, local = self.index[key]
         lazy = []
-        for f in self.files[stage]:
-            value = self._state(f).get(local)
+        for f in self.files[stage][ep_rank]:
+            value = self._state(f, chunk).get(local)
             if not isinstance(value, LazyTensor):
                 raise CheckpointFileError(f"{f.path}: {local} is missing or not a tensor")
             lazy.append(value)

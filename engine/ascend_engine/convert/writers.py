@@ -16,7 +16,8 @@ from ..checkpoint.layout import checkpoint_file
 from ..config.train import ModelConfig
 from ..telemetry import Progress
 from .families import Family, to_hf
-from .mcore_layout import EMBEDDING, OUTPUT, is_extra_state, model_keys, split_kind, split_layer_key, stage_keys
+from .mcore_layout import (EMBEDDING, OUTPUT, expert_to_local, is_extra_state, model_keys, split_kind,
+                           split_layer_key, stage_keys)
 from .megatron_io import CHECKPOINT_VERSION, checkpoint_args
 from .safetensors_io import SafetensorsWriter
 from .sources import Unsplit
@@ -53,44 +54,60 @@ def _local(key: str, offset: int) -> str:
 
 def write_megatron(unsplit: Unsplit, target: ModelConfig, root: Path, iteration, tp: int, layer_counts: list[int],
                    dtype: torch.dtype | None, base_args: argparse.Namespace | None, meta: bool,
-                   progress: Progress | None = None) -> Totals:
-    """``root/iter_*/mp_rank_*/model_optim_rng.pt`` for every (TP, PP) rank; returns counts."""
-    pp, totals = len(layer_counts), Totals()
+                   progress: Progress | None = None, ep: int = 1, vpp: int | None = None) -> Totals:
+    """``root/iter_*/mp_rank_*/model_optim_rng.pt`` for every (TP, PP, EP) rank; returns counts.
+
+    ``layer_counts`` has one entry per pipeline stage, or with ``vpp`` per virtual stage: PP rank p then holds
+    chunks ``model0``, ``model1``, ... where chunk c is virtual stage c x PP + p (Megatron's interleaving).
+    Expert parallelism: each EP rank's file holds every dense tensor and its own routed experts, numbered from 0
+    (Megatron's SequentialMLP ``local_experts``); an expert tensor is read once and goes to one rank's files."""
+    chunks = vpp or 1
+    stages, totals = len(layer_counts), Totals()
+    pp = stages // chunks
+    starts = [sum(layer_counts[:v]) for v in range(stages)]
     padded = target.padded_vocab_size(tp)
     first_dtype = dtype or unsplit.get(EMBEDDING, meta=True).dtype
-    args = checkpoint_args(target, tp, pp, layer_counts, first_dtype, base_args)
+    args = checkpoint_args(target, tp, pp, layer_counts, first_dtype, base_args, ep, vpp)
     iteration_number = 0 if iteration == "release" else int(iteration)
-    offset = 0
-    for stage, count in enumerate(layer_counts):
-        writers = [] if meta else [StreamingTorchWriter(_rank_file(root, iteration, t, stage, pp)) for t in range(tp)]
-        states: list[dict] = [{} for _ in range(tp)]
-        layer = None
-        for key in stage_keys(target, offset, count, stage == 0, stage == pp - 1):
-            local = _local(key, offset)
-            found = split_layer_key(key)
-            if progress and found and layer is not None and found[0] != layer:
+    ranks = [(t, e) for e in range(ep) for t in range(tp)]
+    for stage in range(pp):
+        writers = {} if meta else {(t, e): StreamingTorchWriter(_rank_file(root, iteration, t, stage, pp, e, ep))
+                                   for t, e in ranks}
+        models: list[dict[tuple[int, int], dict]] = [{r: {} for r in ranks} for _ in range(chunks)]
+        for chunk, states in enumerate(models):
+            virtual = chunk * pp + stage
+            offset, count = starts[virtual], layer_counts[virtual]
+            layer = None
+            for key in stage_keys(target, offset, count, virtual == 0, virtual == stages - 1):
+                local = _local(key, offset)
+                found = split_layer_key(key)
+                if progress and found and layer is not None and found[0] != layer:
+                    progress.update(1, f"layer {layer}")
+                layer = found[0] if found else layer
+                owners = {e: expert_to_local(local, target, ep, e) for e in range(ep)}
+                owners = {e: name for e, name in owners.items() if name is not None}
+                if is_extra_state(key):
+                    for (t, e), state in states.items():
+                        if e in owners:
+                            state[owners[e]] = None
+                    continue
+                tensor = _prepare(unsplit, key, padded, dtype, meta)
+                for t, shard in enumerate(split(tensor, split_kind(key, target), tp, key)):
+                    for e, name in owners.items():
+                        states[(t, e)][name] = shard if meta else writers[(t, e)].add(shard)
+                        totals.tensors += 1
+                        totals.bytes += shard.numel() * shard.element_size()
+            if progress and layer is not None and count:
                 progress.update(1, f"layer {layer}")
-            layer = found[0] if found else layer
-            if is_extra_state(key):
-                for state in states:
-                    state[local] = None
-                continue
-            tensor = _prepare(unsplit, key, padded, dtype, meta)
-            for t, shard in enumerate(split(tensor, split_kind(key, target), tp, key)):
-                states[t][local] = shard if meta else writers[t].add(shard)
-                totals.tensors += 1
-                totals.bytes += shard.numel() * shard.element_size()
-        if progress and layer is not None and count:
-            progress.update(1, f"layer {layer}")
-        for t, writer in enumerate(writers):
-            writer.close({"model": states[t], "args": args, "checkpoint_version": CHECKPOINT_VERSION,
+        for rank, writer in writers.items():
+            entries = {"model": models[0][rank]} if vpp is None else {f"model{c}": m[rank] for c, m in enumerate(models)}
+            writer.close({**entries, "args": args, "checkpoint_version": CHECKPOINT_VERSION,
                           "iteration": iteration_number})
-        offset += count
     return totals
 
 
-def _rank_file(root: Path, iteration, tp_rank: int, pp_rank: int, pp: int) -> Path:
-    path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp)
+def _rank_file(root: Path, iteration, tp_rank: int, pp_rank: int, pp: int, ep_rank: int, ep: int) -> Path:
+    path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp, ep_rank, ep)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

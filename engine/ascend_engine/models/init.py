@@ -20,12 +20,26 @@ import torch
 from ..config.train import ModelConfig
 
 _LOCAL_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
+
+
+def _expert_offset(gpt) -> int:
+    """Global number of this rank's first routed expert (experts are split over expert-parallel ranks)."""
+    config = getattr(gpt, "config", None)
+    experts = getattr(config, "num_moe_experts", None)
+    if not experts:
+        return 0
+    from megatron.core import parallel_state
+
+    return parallel_state.get_expert_model_parallel_rank() * (experts // config.expert_model_parallel_size)
 
 
 def global_names(gpt) -> dict[str, str]:
-    """Local parameter name -> name in the whole (unsplit, one-stage) model: layer numbers become global."""
+    """Local parameter name -> name in the whole (unsplit, one-stage) model: layer and expert numbers become
+    global."""
     out = {}
     layers = gpt.decoder.layers if hasattr(gpt, "decoder") else []
+    expert_offset = _expert_offset(gpt)
     for name, _ in gpt.named_parameters():
         m = _LOCAL_LAYER.match(name)
         if m:
@@ -33,6 +47,8 @@ def global_names(gpt) -> dict[str, str]:
             name_global = f"decoder.layers.{global_index}." + name[m.end():]
         else:
             name_global = name
+        name_global = _LOCAL_EXPERT.sub(lambda e: f".mlp.experts.local_experts.{int(e[1]) + expert_offset}.",
+                                        name_global)
         out[name] = name_global
     return out
 
@@ -49,7 +65,7 @@ def _tp_slice(full: torch.Tensor, param: torch.Tensor, name: str, model: ModelCo
     if not getattr(param, "tensor_model_parallel", False) or tp == 1:
         return full
     dim = param.partition_dim
-    if name.endswith("mlp.linear_fc1.weight") and model.swiglu:
+    if name.endswith("linear_fc1.weight") and model.swiglu:  # dense, expert and shared-expert MLPs
         # [gate; up] whole -> [gate_i; up_i] per rank, as Megatron's fused SwiGLU expects.
         gate, up = full.chunk(2, dim=0)
         return torch.cat([gate.chunk(tp, dim=0)[tp_rank], up.chunk(tp, dim=0)[tp_rank]], dim=0)
@@ -64,7 +80,7 @@ def _draw(name: str, shape: tuple[int, ...], model: ModelConfig, seed: int) -> t
     if "norm" in name.rsplit(".", 2)[-2]:
         return torch.ones(shape)
     std = model.initMethodStd
-    if name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+    if name.endswith(("linear_proj.weight", "linear_fc2.weight")):  # also the experts' fc2
         std = std / math.sqrt(2.0 * model.numLayers)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     return torch.empty(shape).normal_(0.0, std, generator=gen)

@@ -25,6 +25,8 @@ class StepStats:
     extra: dict[str, float] = field(default_factory=dict)
     """The stage's other metrics (rewards/chosen, ...), printed after the loss."""
 
+    router_losses: dict[str, float] | None = None  # MoE: load_balancing_loss, z_loss (Megatron-LM's names)
+
 
 def format_line(s: StepStats) -> str:
     parts = [
@@ -37,6 +39,7 @@ def format_line(s: StepStats) -> str:
         f"lm loss: {s.loss:.6E}",
         *(f"{name}: {value:.6E}" for name, value in s.extra.items()),
     ]
+    parts += [f"{name}: {value:.6E}" for name, value in (s.router_losses or {}).items()]
     if s.loss_scale is not None:
         parts.append(f"loss scale: {s.loss_scale:.1f}")
     if s.grad_norm is not None:

@@ -14,6 +14,7 @@ from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
 from .preemption import PreemptionWatch
 from .stages import make_stage
+from .moe_metrics import router_losses
 from .tensorboard import open_tensorboard
 from .validation import build_validation_data, is_due, run_validation, validation_enabled
 
@@ -53,31 +54,37 @@ class Trainer:
         self.cfg, self.backend = cfg, backend
         t, p = cfg.training, cfg.parallel
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
-                                                t.seed)
+                                                t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
         self.dtype = DTYPES[t.precision]
         self.stage = make_stage(cfg)
         self.data = build_train_data(cfg)
         self.valid = build_validation_data(cfg) if validation_enabled(cfg) else None
-        gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
-                              variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
-        if cfg.lora.enabled:
-            from ..models.lora import add_lora
-
-            add_lora(gpt, cfg.lora, t.seed, p.tensorModelParallelSize, self.info.tp_rank)
-        gpt.to(backend.torch_device)
-        config = gpt.config
-        module = Float16Module(config, gpt) if self.dtype != torch.float32 else gpt
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=False,
             use_distributed_optimizer=p.useDistributedOptimizer)
-        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
-        self.optimizer, self.scheduler = build_optimizer(cfg, [self.model], self.dtype)
-        config.no_sync_func = self.model.no_sync
+        # One model chunk per virtual pipeline stage this rank holds (one chunk without VPP).
+        self.chunks = []
+        for vp_stage in range(cfg.virtual_pipeline_size) if cfg.virtual_pipeline_size else [None]:
+            gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
+                                  variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack,
+                                  vp_stage=vp_stage)
+            if cfg.lora.enabled:
+                from ..models.lora import add_lora
+
+                add_lora(gpt, cfg.lora, t.seed, p.tensorModelParallelSize, self.info.tp_rank)
+            gpt.to(backend.torch_device)
+            module = Float16Module(gpt.config, gpt) if self.dtype != torch.float32 else gpt
+            self.chunks.append(DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=module))
+        self.model = self.chunks[0]
+        config = unwrap(self.model).config  # the schedule reads its hooks from the first chunk's config
+        self.optimizer, self.scheduler = build_optimizer(cfg, self.chunks, self.dtype)
+        config.no_sync_func = [c.no_sync for c in self.chunks] if len(self.chunks) > 1 else self.model.no_sync
         config.finalize_model_grads_func = finalize_model_grads
         if self.dtype == torch.float16:
             config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.consumed = 0
+        self.router_losses: dict[str, float] = {}
         self.last_checkpoint: int | None = None
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
         if cfg.checkpoint.load or cfg.lora.loraLoad:
@@ -94,7 +101,7 @@ class Trainer:
             self.metrics = Metrics()
             self.metrics.serve(cfg.observability.metricsPort)
         self.flops = flops_per_step(
-            cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.ffn_hidden_size, cfg.model.numAttentionHeads,
+            cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
             t.seqLength, t.globalBatchSize * self.stage.rows_per_sample, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
@@ -110,14 +117,17 @@ class Trainer:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t = self.cfg.training
-        self.model.zero_grad_buffer()
+        for chunk in self.chunks:
+            chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        data = self.stage.prepare(micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize,
-                                                self.info.dp, self.info.dp_rank, self.num_micro, self.vocab_size))
+        data = [self.stage.prepare(micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize,
+                                                 self.info.dp, self.info.dp_rank, self.num_micro, self.vocab_size))
+                for _ in self.chunks]
         losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
+            forward_step_func=self._forward_step, data_iterator=data if len(data) > 1 else data[0], model=self.chunks,
             num_microbatches=self.num_micro, seq_length=t.seqLength,
             micro_batch_size=t.microBatchSize * self.stage.rows_per_sample, forward_only=False)
+        self.router_losses = router_losses(self.cfg.model, self.num_micro)
         applied, grad_norm, _ = self.optimizer.step()
         if applied:
             self.scheduler.step(increment=1)
@@ -216,12 +226,13 @@ class Trainer:
             ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
             grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
             tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1,
-            eta_seconds=eta,
-            extra={k: v for k, v in self.last_metrics.items() if k != "lm loss"})), flush=True)
+            eta_seconds=eta, extra={k: v for k, v in self.last_metrics.items() if k != "lm loss"},
+            router_losses=self.router_losses)), flush=True)
         if self.tensorboard:
             for name, value in (("lm loss", loss), ("learning-rate", lr), ("grad-norm", grad_norm),
                                 ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu),
-                                *((k, v) for k, v in self.last_metrics.items() if k != "lm loss")):
+                                *((k, v) for k, v in self.last_metrics.items() if k != "lm loss"),
+                                *self.router_losses.items()):
                 if value is not None:
                     self.tensorboard.add_scalar(name, float(value), self.iteration)
             self.tensorboard.flush()
@@ -229,7 +240,9 @@ class Trainer:
             self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
                              percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
                              tokensPerSecond=tps, mfu=mfu, etaSeconds=eta,
-                             lastCheckpointIteration=self.last_checkpoint, **preference_fields(self.last_metrics))
+                             lastCheckpointIteration=self.last_checkpoint, **preference_fields(self.last_metrics),
+                             loadBalancingLoss=self.router_losses.get("load_balancing_loss",
+                                                                      self.router_losses.get("seq_load_balancing_loss")))
 
 
 def train(cfg: TrainConfig, backend: Backend) -> TrainResult:

@@ -38,17 +38,20 @@ def validation_loss(trainer) -> float:
 
     t, info = trainer.cfg.training, trainer.info
     losses: list[dict] = []
-    trainer.model.eval()
+    for chunk in trainer.chunks:
+        chunk.eval()
     with torch.no_grad():
         for step in range(t.evalIters):
-            data = trainer.stage.prepare(micro_batches(
+            data = [trainer.stage.prepare(micro_batches(
                 trainer.valid.sample, trainer.valid.batch, step * t.globalBatchSize, t.microBatchSize, info.dp,
-                info.dp_rank, trainer.num_micro, trainer.vocab_size))
+                info.dp_rank, trainer.num_micro, trainer.vocab_size)) for _ in trainer.chunks]
             losses += get_forward_backward_func()(
-                forward_step_func=trainer._forward_step, data_iterator=data, model=[trainer.model],
+                forward_step_func=trainer._forward_step, data_iterator=data if len(data) > 1 else data[0],
+                model=trainer.chunks,
                 num_microbatches=trainer.num_micro, seq_length=t.seqLength,
                 micro_batch_size=t.microBatchSize * trainer.stage.rows_per_sample, forward_only=True)
-    trainer.model.train()
+    for chunk in trainer.chunks:
+        chunk.train()
     return trainer._average_loss(losses)
 
 

@@ -15,13 +15,21 @@ from .run_policy import RunPolicy
 
 WORLD_SIZE_RULE = {
     # The same check as TrainConfig.check_world_size, for the API server (CEL) so `kubectl apply` fails early.
+    # Expert layers use TP x PP x EP ranks (EP is 1 for dense models), which implies TP x PP.
     "rule": "(self.nnodes * self.nprocPerNode) % (self.train.parallel.tensorModelParallelSize"
-            " * self.train.parallel.pipelineModelParallelSize) == 0",
-    "message": "nnodes x nprocPerNode must be divisible by "
-               "train.parallel.tensorModelParallelSize x train.parallel.pipelineModelParallelSize",
+            " * self.train.parallel.pipelineModelParallelSize * self.train.parallel.expertModelParallelSize) == 0",
+    "message": "nnodes x nprocPerNode must be divisible by train.parallel.tensorModelParallelSize x "
+               "train.parallel.pipelineModelParallelSize x train.parallel.expertModelParallelSize",
     "fieldPath": ".nnodes",
     "reason": "FieldValueInvalid",
 }
+EXPERT_RULES = [
+    # TrainConfig's MoE check, for the API server: routed experts split evenly over EP ranks.
+    {"rule": "!has(self.train.model.numExperts) ? self.train.parallel.expertModelParallelSize == 1"
+             " : self.train.model.numExperts % self.train.parallel.expertModelParallelSize == 0",
+     "message": "train.parallel.expertModelParallelSize must divide train.model.numExperts (and be 1 without it)",
+     "fieldPath": ".train.parallel.expertModelParallelSize", "reason": "FieldValueInvalid"},
+]
 # Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
 PIPELINE_RULES = [
     {"rule": "!has(self.datasetPrepRef) || !has(self.train.data) || !has(self.train.data.dataPath)"
@@ -42,7 +50,7 @@ class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
     model_config = PodSettings.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *PIPELINE_RULES]}}
+        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -117,6 +125,8 @@ class TrainProgress(KubeModel):
     """Latest LM loss."""
     validationLoss: float | None = None
     """Latest validation LM loss (training.evalInterval)."""
+    loadBalancingLoss: float | None = None
+    """MoE models: latest router load-balancing loss (before its coefficient)."""
     learningRate: float | None = None
     """Current learning rate."""
     tokensPerSecond: float | None = None
