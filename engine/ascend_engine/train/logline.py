@@ -24,7 +24,6 @@ class StepStats:
     eta_seconds: float | None = None  # from this process's recent step time, never from resumed iterations
     extra: dict[str, float] = field(default_factory=dict)
     """The stage's other metrics (rewards/chosen, ...), printed after the loss."""
-
     router_losses: dict[str, float] | None = None  # MoE: load_balancing_loss, z_loss (Megatron-LM's names)
 
 
