@@ -120,7 +120,7 @@ def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
         add(path, message)
     prepared = schema.prepare(doc)
     reported = set()
-    for field, message in schema.errors(prepared):
+    for field, message in schema.errors(prepared, every_rule=True):
         add(_path(field), _strip_field(field, message))
         reported.add(_path(field))
     if reported or not isinstance(prepared.get("spec"), dict):

@@ -111,7 +111,8 @@ def _description(model: type[BaseModel], path: tuple[str, ...]) -> str:
         inner = _unwrap_optional(field.annotation)
         model = inner if _is_model(inner) else model
     text = " ".join((field.description or "").split()) if field else ""
-    return text.split(". ")[0].rstrip(".") if text else ".".join(path)
+    # argparse %-formats help strings: a docstring's own % must stay literal
+    return text.split(". ")[0].rstrip(".").replace("%", "%%") if text else ".".join(path)
 
 
 def _default(model: type[BaseModel], path: tuple[str, ...]) -> str:

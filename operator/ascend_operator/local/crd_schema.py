@@ -143,17 +143,25 @@ class CustomResourceSchema:
 
     # -- validation -------------------------------------------------------------------------------
 
-    def errors(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-        """``(field, message)`` pairs, empty when ``obj`` is valid."""
+    def errors(self, obj: dict[str, Any], old: dict[str, Any] | None = None,
+               every_rule: bool = False) -> list[tuple[str, str]]:
+        """``(field, message)`` pairs, empty when ``obj`` is valid.
+
+        Like kube-apiserver, CEL rules are skipped after a blocking schema error. ``every_rule`` (offline
+        validation, which wants every problem at once) evaluates them anyway and keeps the rules that fail
+        cleanly, dropping those that cannot evaluate on the ill-typed values already reported."""
         body = {k: v for k, v in obj.items() if k not in _ROOT_KEPT}
         schema_errors = list(self._validator.iter_errors(body))
         found = sorted({self._schema_error(e) for e in schema_errors})
-        if any(e.validator in _BLOCKING for e in schema_errors):
+        blocked = any(e.validator in _BLOCKING for e in schema_errors)
+        if blocked and not every_rule:
             return found + [RULES_NOT_CHECKED]
         old_body = None if old is None else {k: v for k, v in old.items() if k not in _ROOT_KEPT}
         rule_errors: list[tuple[str, str]] = []
         self._rule_errors(self._with_name(body, obj), old_body and self._with_name(old_body, old), self.schema, [],
                           rule_errors)
+        if blocked:
+            rule_errors = [(f, m) for f, m in rule_errors if "rule evaluation error" not in m]
         return found + sorted(set(rule_errors))
 
     @staticmethod
