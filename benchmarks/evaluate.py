@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -87,6 +88,7 @@ def main() -> None:
             fn(b)
             rates[key].append(len(rows) / (time.perf_counter() - start))
     destroy_parallel()
+    shutil.rmtree(work, ignore_errors=True)
     print(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens, hidden {args.hidden_size}, "
           f"{args.num_layers} layers, vocab {args.vocab_size}, device {args.device}, {args.rounds} rounds")
     for key, values in rates.items():
