@@ -38,7 +38,8 @@ def main() -> None:
 
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
-    from ascend_engine.train.loop import Trainer, _loss_func
+    from ascend_engine.train.loop import Trainer
+    from ascend_engine.train.stages.language_model import masked_mean_loss
 
     cfg = TrainConfig.model_validate({
         "device": args.device,
@@ -60,7 +61,7 @@ def main() -> None:
 
     def bare_forward(data_iterator, model):
         next(data_iterator)
-        return model(tokens, positions, None, labels=labels), partial(_loss_func, loss_mask)
+        return model(tokens, positions, None, labels=labels), partial(masked_mean_loss, loss_mask)
 
     def bare_step():
         trainer.model.zero_grad_buffer()

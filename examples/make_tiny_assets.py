@@ -3,6 +3,8 @@
     <dir>/models/tiny-qwen3/   a Qwen3-shaped HuggingFace model (2 layers, hidden 64, GQA 4:2, q/k norms) with a
                                byte-level BPE tokenizer that has Qwen's chat tokens
     <dir>/data/alpaca.jsonl    Alpaca records (instruction / input / output)
+    <dir>/data/pairs.jsonl     Alpaca preference pairs (instruction / input / chosen / rejected), for
+                               examples/pipeline-dpo.yaml
 
 On the local cluster the pipeline's PVC `ascend-workspace` is the directory
 `.local-cluster/pvc/default/ascend-workspace`:
@@ -72,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     data = args.dir / "data" / "alpaca.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS * 4))
-    print(f"wrote {model_dir} and {data} ({len(RECORDS) * 4} records)")
+    # Each prompt's own answer is chosen, the next record's answer rejected.
+    pairs = [{"instruction": r["instruction"], "input": r["input"], "chosen": r["output"],
+              "rejected": RECORDS[(i + 1) % len(RECORDS)]["output"]} for i, r in enumerate(RECORDS)]
+    (data.parent / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs * 4))
+    print(f"wrote {model_dir}, {data} ({len(RECORDS) * 4} records) and pairs.jsonl ({len(pairs) * 4} pairs)")
     return 0
 
 

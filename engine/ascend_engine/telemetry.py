@@ -24,7 +24,19 @@ METRIC_NAMES = {
     "ascend_train_mfu": "mfu",
     "ascend_progress_eta_seconds": "etaSeconds",
     "ascend_checkpoint_last_iteration": "lastCheckpointIteration",
+    "ascend_train_rewards_chosen": "rewardsChosen",
+    "ascend_train_rewards_rejected": "rewardsRejected",
+    "ascend_train_reward_margin": "rewardMargin",
+    "ascend_train_reward_accuracy": "rewardAccuracy",
 }
+# The preference stages' log-line metrics (MindSpeed-LLM's names) -> status.progress fields.
+PREFERENCE_METRICS = {"rewards/chosen": "rewardsChosen", "rewards/rejected": "rewardsRejected",
+                      "rewards/margins": "rewardMargin", "rewards/accuracies": "rewardAccuracy"}
+
+
+def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
+    """The status.progress fields among a step's metrics (none for pretrain / SFT)."""
+    return {field: metrics[name] for name, field in PREFERENCE_METRICS.items() if name in metrics}
 
 
 class Metrics:

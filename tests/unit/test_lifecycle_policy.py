@@ -148,3 +148,21 @@ def test_export_reads_the_training_jobs_checkpoint():
     assert done.convert.engine_config().loadDir == "/ckpt/sft"
     with pytest.raises(DependencyError, match="no train.checkpoint.save"):
         resolve(spec, {ref: _obj("Succeeded", {"train": {}})}, {})
+
+
+def test_a_dpo_job_trains_on_pairwise_outputs_against_the_converted_reference():
+    spec = AscendTrainJobSpec.model_validate({"image": "x", "datasetPrepRef": "p", "checkpointConvertRef": "c",
+                                              "train": {"stage": "dpo", "checkpoint": {"save": "/ckpt"}}})
+    found = {r: None for r in refs(spec)}
+    [prep, conv] = found
+    pairs = {"input": "/d/p.jsonl", "tokenizerNameOrPath": "/tok", "outputPrefix": "/d/p",
+             "handlerName": "AlpacaStylePairwiseHandler", "promptType": "qwen3"}
+    found[prep] = _obj("Succeeded", {"prep": pairs}, {"outputPrefix": "/d/p"})
+    found[conv] = _obj("Succeeded", {"convert": {"saveModelType": "mg", "saveDir": "/sft-mcore"}})
+    fresh = resolve(spec, found, {})
+    assert fresh.train.data.dataPath == ["/d/p"] and fresh.train.data.isPairwiseDataset
+    assert not fresh.train.data.isInstructionDataset
+    assert fresh.train.checkpoint.load == "/sft-mcore" and fresh.train.preference.refModel == "/sft-mcore"
+    # A restarted job resumes its own checkpoint, and the reference stays the converted start.
+    resumed = resolve(spec, found, {"progress": {"lastCheckpointIteration": 20}})
+    assert resumed.train.checkpoint.load is None and resumed.train.preference.refModel == "/sft-mcore"

@@ -20,3 +20,19 @@ def test_operator_reads_only_what_the_engine_has_reported():
     metrics.set(iteration=7, trainIters=30, loss=2.25, tokensPerSecond=1234.5, lastCheckpointIteration=None)
     assert scrape(url) == {"iteration": 7, "trainIters": 30, "loss": 2.25, "tokensPerSecond": 1234.5}
     assert scrape(f"http://127.0.0.1:{_free_port()}/metrics") is None  # nobody there: no figures, no error
+
+
+def test_preference_rewards_reach_the_job_status():
+    from ascend_engine.telemetry import preference_fields
+    from ascend_operator.api.train_job import TrainProgress
+
+    port = _free_port()
+    metrics = Metrics()
+    metrics.serve(port, "127.0.0.1")
+    step = {"lm loss": 0.5, "rewards/chosen": 0.25, "rewards/rejected": -0.5, "rewards/margins": 0.75,
+            "rewards/accuracies": 1.0}
+    metrics.set(iteration=3, loss=step["lm loss"], **preference_fields(step))
+    progress = TrainProgress.model_validate(scrape(f"http://127.0.0.1:{port}/metrics"))
+    assert (progress.rewardsChosen, progress.rewardsRejected, progress.rewardMargin, progress.rewardAccuracy) == \
+        (0.25, -0.5, 0.75, 1.0)
+    assert preference_fields({"lm loss": 2.0}) == {}  # SFT reports no rewards

@@ -118,12 +118,10 @@ def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
     return iteration, folder, state
 
 
-def _load_model(trainer, state: dict, where, adapters: bool) -> None:
+def _load_model(gpt, state: dict, where, adapters: bool) -> None:
     """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present."""
     from ..models.lora import is_adapter_key
-    from ..train.loop import unwrap
 
-    gpt = unwrap(trainer.model)
     expected = {k for k in gpt.state_dict() if is_adapter_key(k) == adapters and not k.endswith("._extra_state")}
     given = {k: v for k, v in state["model"].items() if is_adapter_key(k) == adapters}
     missing = sorted(expected - set(given))
@@ -161,13 +159,15 @@ def load_training_checkpoint(trainer) -> str | None:
     With LoRA the base in ``checkpoint.load`` is always weights only; ``lora.loraLoad`` resumes the adapters.
     A missing tracker file is not an error (the first run of a job that saves to the same folder).
     """
+    from ..train.loop import unwrap
+
     cfg = trainer.cfg
     ck, lora = cfg.checkpoint, cfg.lora
     loaded = []
     base = _read_rank_file(ck.load, trainer) if ck.load else None
     if base is not None:
         iteration, folder, state = base
-        _load_model(trainer, state, folder, adapters=False)
+        _load_model(unwrap(trainer.model), state, folder, adapters=False)
         if not lora.enabled and not ck.finetune and iteration != RELEASE:
             _resume(trainer, iteration, folder, state)
             loaded.append(f"{ck.load} at iteration {iteration}")
@@ -176,7 +176,7 @@ def load_training_checkpoint(trainer) -> str | None:
     adapter = _read_rank_file(lora.loraLoad, trainer) if lora.loraLoad else None
     if adapter is not None:
         iteration, folder, state = adapter
-        _load_model(trainer, state, folder, adapters=True)
+        _load_model(unwrap(trainer.model), state, folder, adapters=True)
         if not ck.finetune and iteration != RELEASE:
             _resume(trainer, iteration, folder, state)
         loaded.append(f"LoRA adapters {lora.loraLoad} at iteration {iteration}")
@@ -185,3 +185,13 @@ def load_training_checkpoint(trainer) -> str | None:
     if trainer.iteration == 0 or not ck.loadOptim:
         trainer.optimizer.reload_model_params()  # copy the loaded weights into fp32 main params
     return "; ".join(loaded)
+
+
+def load_model_weights(gpt, root, trainer) -> None:
+    """The full weights of ``root``'s latest checkpoint into ``gpt`` (this rank's TP/PP part), nothing else: the
+    frozen DPO reference. A folder without a checkpoint is an error here, not a fresh start."""
+    found = _read_rank_file(root, trainer)
+    if found is None:
+        raise CheckpointMismatch(f"{root}: no checkpoint (latest_checkpointed_iteration.txt missing)")
+    _, folder, state = found
+    _load_model(gpt, state, folder, adapters=False)

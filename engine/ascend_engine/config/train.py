@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from .base import EngineModel, Flag
+from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -173,14 +174,19 @@ class DataConfig(EngineModel):
     seqLength) instead of to seqLength."""
     padToMultipleOf: Annotated[PositiveInt, Flag("--pad-to-multiple-of")] = 8
     """Instruction data with variableSeqLengths: round micro-batch lengths up to a multiple of this."""
+    isPairwiseDataset: Annotated[bool, Flag("--is-pairwise-dataset")] = False
+    """dataPath holds preference pairs (<prefix>_packed_{chosen,rejected}_{input_ids,attention_mask,labels}_document),
+    as the dpo and simpo stages always read (MindSpeed-LLM's flag, accepted for their launch scripts)."""
     neatPack: Annotated[bool, Flag("--neat-pack")] = False
     """Instruction data prepared with neatPack: attention and positions stay inside each packed sample (the
     attention mask numbers the samples 1..k, 0 for padding)."""
 
     @model_validator(mode="after")
     def _instruction_only(self) -> "DataConfig":
+        if self.neatPack and self.isPairwiseDataset:
+            raise ValueError("neatPack does not apply to pairwise data (each pair is one sequence per side)")
         for name in ("variableSeqLengths", "neatPack"):
-            if getattr(self, name) and not self.isInstructionDataset:
+            if getattr(self, name) and not (self.isInstructionDataset or self.isPairwiseDataset):
                 raise ValueError(f"{name} applies to instruction data: set isInstructionDataset "
                                  "(--is-instruction-dataset)")
         return self
@@ -250,6 +256,9 @@ class TrainConfig(EngineModel):
 
     device: Annotated[Literal["auto", "npu", "cuda", "cpu"], Flag("--device")] = "auto"
     """Accelerator backend; auto picks npu, then cuda, then cpu."""
+    stage: Annotated[Stage | None, Flag("--stage")] = None
+    """Training objective: pretrain or sft (the next-token loss; which one follows data.isInstructionDataset), dpo
+    or simpo (preference pairs from pairwise data)."""
     model: ModelConfig = ModelConfig()
     """Model architecture."""
     parallel: ParallelConfig = ParallelConfig()
@@ -264,6 +273,8 @@ class TrainConfig(EngineModel):
     """Saving and loading."""
     lora: LoraConfig = LoraConfig()
     """LoRA adapters (off unless loraR is set)."""
+    preference: PreferenceConfig = PreferenceConfig()
+    """DPO / SimPO objective (stage dpo or simpo)."""
     observability: ObservabilityConfig = ObservabilityConfig()
     """Logging and metrics."""
 
@@ -285,9 +296,17 @@ class TrainConfig(EngineModel):
         if warmup >= t.trainIters:
             raise ValueError(f"optimizer warm-up ({warmup} iterations) must be shorter than "
                              f"training.trainIters ({t.trainIters})")
+        if self.data.isPairwiseDataset and self.stage not in PAIRWISE_STAGES:
+            raise ValueError(f"data.isPairwiseDataset (--is-pairwise-dataset) needs stage "
+                             f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         return self
+
+    @property
+    def pairwise_data(self) -> bool:
+        """The dpo and simpo stages read preference pairs (with or without --is-pairwise-dataset)."""
+        return self.data.isPairwiseDataset or self.stage in PAIRWISE_STAGES
 
     def check_world_size(self, world_size: int) -> int:
         """Validate against the launched world; returns the data-parallel size."""

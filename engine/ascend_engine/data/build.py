@@ -11,6 +11,7 @@ from ..config.train import TrainConfig
 from .batch import instruction_batch, pretrain_batch
 from .blend import Blend
 from .instruction import InstructionDataset
+from .pairwise import PairwiseDataset, pairwise_batch
 from .pretrain import PretrainDataset
 from .sources import parse_data_path
 
@@ -42,10 +43,18 @@ class SyntheticData:
 
 def build_train_data(cfg: TrainConfig) -> TrainData | SyntheticData:
     d, t = cfg.data, cfg.training
+    if cfg.pairwise_data and (d.mockData or not d.dataPath):
+        from .sources import DataError
+
+        raise DataError(f"stage {cfg.stage}: needs preference pairs in data.dataPath (no synthetic pairwise data)")
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
-    sources = parse_data_path(d.dataPath, d.isInstructionDataset)
-    if d.isInstructionDataset:
+    sources = parse_data_path(d.dataPath, d.isInstructionDataset, cfg.pairwise_data)
+    if cfg.pairwise_data:
+        datasets = [PairwiseDataset(s.files, t.seed, d.split, s.prefix) for s in sources]
+        batch = partial(pairwise_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
+                        pad_to_multiple_of=d.padToMultipleOf)
+    elif d.isInstructionDataset:
         datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix) for s in sources]
         batch = partial(instruction_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
                         pad_to_multiple_of=d.padToMultipleOf, neat_pack=d.neatPack)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTRUCTION_KEYS = ("input_ids", "attention_mask", "labels")
+PAIRWISE_KEYS = tuple(f"{side}_{k}" for side in ("chosen", "rejected") for k in INSTRUCTION_KEYS)
 
 
 class DataError(ValueError):
@@ -21,16 +22,29 @@ class DataError(ValueError):
 class Source:
     weight: float
     prefix: str  # as given by the user
-    kind: str  # "pretrain" | "instruction"
-    files: dict[str, str]  # key ("text" or an instruction key) -> indexed-dataset prefix (no .bin/.idx)
+    kind: str  # "pretrain" | "instruction" | "pairwise"
+    files: dict[str, str]  # key ("text", an instruction or pairwise key) -> indexed-dataset prefix (no .bin/.idx)
 
 
 def _exists(prefix: str) -> bool:
     return Path(prefix + ".bin").is_file() and Path(prefix + ".idx").is_file()
 
 
-def resolve(prefix: str, weight: float, instruction: bool) -> Source:
+def resolve_pairwise(prefix: str, weight: float) -> Source:
+    """``<prefix>_packed_{chosen,rejected}_{input_ids,attention_mask,labels}_document``, MindSpeed-LLM's names."""
+    base = prefix.removesuffix("_packed_chosen_input_ids_document")
+    files = {k: f"{base}_packed_{k}_document" for k in PAIRWISE_KEYS}
+    missing = [f + ".{bin,idx}" for f in files.values() if not _exists(f)]
+    if missing:
+        raise DataError(f"data.dataPath: {prefix!r} is not a pairwise dataset: missing {', '.join(missing)} "
+                        "(prepare it with AlpacaStylePairwiseHandler or SharegptStylePairwiseHandler)")
+    return Source(weight, prefix, "pairwise", files)
+
+
+def resolve(prefix: str, weight: float, instruction: bool, pairwise: bool = False) -> Source:
     """The dataset files behind one ``dataPath`` prefix; an error lists what was looked for."""
+    if pairwise:
+        return resolve_pairwise(prefix, weight)
     if instruction:
         base = prefix.removesuffix("_packed_input_ids_document")
         files = {k: f"{base}_packed_{k}_document" for k in INSTRUCTION_KEYS}
@@ -49,7 +63,7 @@ def resolve(prefix: str, weight: float, instruction: bool) -> Source:
                     f"nor {prefix}.{{bin,idx}} exists")
 
 
-def parse_data_path(entries: list[str], instruction: bool) -> list[Source]:
+def parse_data_path(entries: list[str], instruction: bool, pairwise: bool = False) -> list[Source]:
     """``["a"]``, ``["a", "b"]`` (equal weights) or ``["0.7", "a", "0.3", "b"]``; weights are normalised."""
     if not entries:
         raise DataError("data.dataPath is empty")
@@ -74,7 +88,7 @@ def parse_data_path(entries: list[str], instruction: bool) -> list[Source]:
     total = sum(w for w, _ in pairs)
     if total <= 0:
         raise DataError("data.dataPath: the weights sum to zero")
-    return [resolve(p, w / total, instruction) for w, p in pairs]
+    return [resolve(p, w / total, instruction, pairwise) for w, p in pairs]
 
 
 def parse_split(split: str) -> list[float]:

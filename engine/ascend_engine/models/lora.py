@@ -20,6 +20,7 @@ Initialisation is PEFT's (A uniform in +-1/sqrt(in), B zero, so training starts 
 """
 from __future__ import annotations
 
+import contextlib
 import zlib
 
 import torch
@@ -63,6 +64,8 @@ class _Adapter:
                                                    reduce_from_tensor_model_parallel_region,
                                                    reduce_scatter_to_sequence_parallel_region)
 
+        if getattr(module, "lora_disabled", False):
+            return output
         x = args[0]
         if self.column and self.sequence_parallel:
             x = gather_from_sequence_parallel_region(x)
@@ -120,6 +123,19 @@ def add_lora(gpt, lora: LoraConfig, seed: int, tp: int, tp_rank: int) -> int:
             full = torch.empty(a.shape[0], fan_in).uniform_(-fan_in ** -0.5, fan_in ** -0.5, generator=gen)
             a.copy_(full if column else full.chunk(tp, dim=1)[tp_rank])
     return len(names)
+
+
+@contextlib.contextmanager
+def adapters_disabled(gpt):
+    """The base model alone while inside (the LoRA-DPO reference): every adapter hook passes its layer through."""
+    layers = [m for m in gpt.modules() if hasattr(m, "lora_A")]
+    for m in layers:
+        m.lora_disabled = True
+    try:
+        yield gpt
+    finally:
+        for m in layers:
+            m.lora_disabled = False
 
 
 def adapter_state(state: dict) -> dict:

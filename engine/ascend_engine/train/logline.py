@@ -1,7 +1,7 @@
 """The per-interval log line, in Megatron-LM's format so existing log parsers and habits keep working."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -19,6 +19,8 @@ class StepStats:
     mfu: float
     loss_scale: float | None = None
     skipped: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+    """The stage's other metrics (rewards/chosen, ...), printed after the loss."""
 
 
 def format_line(s: StepStats) -> str:
@@ -29,6 +31,7 @@ def format_line(s: StepStats) -> str:
         f"learning rate: {s.learning_rate:.6E}",
         f"global batch size: {s.global_batch_size:5d}",
         f"lm loss: {s.loss:.6E}",
+        *(f"{name}: {value:.6E}" for name, value in s.extra.items()),
     ]
     if s.loss_scale is not None:
         parts.append(f"loss scale: {s.loss_scale:.1f}")

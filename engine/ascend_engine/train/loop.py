@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
 from ..config.train import TrainConfig
 from ..device import Backend
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
-from ..telemetry import Metrics, Progress
+from ..telemetry import Metrics, Progress, preference_fields
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
+from .stages import make_stage
 from .tensorboard import open_tensorboard
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -34,14 +34,6 @@ def unwrap(module):
     return module
 
 
-def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
-    losses = output_tensor.float()
-    mask = loss_mask.float()
-    loss = (losses * mask).sum() / mask.sum().clamp(min=1)
-    # clone: the schedule divides the returned loss in place by the number of micro-batches
-    return loss, {"lm loss": loss.detach().clone()}
-
-
 class Trainer:
     """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
 
@@ -60,6 +52,7 @@ class Trainer:
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed)
         self.dtype = DTYPES[t.precision]
+        self.stage = make_stage(cfg)
         self.data = build_train_data(cfg)
         gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
                               variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack)
@@ -89,6 +82,8 @@ class Trainer:
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
                 print(f"loaded checkpoint {loaded}", flush=True)
+        self.stage.setup(self)
+        self.last_metrics: dict[str, float] = {}
         self.tensorboard = open_tensorboard(cfg.observability.tensorboardDir) if self.info.rank == 0 else None
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
@@ -97,31 +92,14 @@ class Trainer:
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
-            t.seqLength, t.globalBatchSize, cfg.model.swiglu)
+            t.seqLength, t.globalBatchSize * self.stage.rows_per_sample, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
 
     # ------------------------------------------------------------ one step
 
     def _forward_step(self, data_iterator, model):
-        from ..models.gpt import rope_positions
-
-        batch = next(data_iterator)
-        device = self.backend.torch_device
-        tokens = batch["tokens"].to(device)
-        if int(tokens.max()) >= self.vocab_size:
-            from ..data.sources import DataError
-
-            raise DataError(f"data.dataPath: token id {int(tokens.max())} is outside the model's vocabulary "
-                            f"({self.vocab_size}); set model.vocabSize / paddedVocabSize for this tokenizer")
-        position_ids = batch.get("position_ids")
-        if position_ids is None:
-            position_ids = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
-        attention_mask = batch.get("attention_mask")
-        output = model(tokens, rope_positions(unwrap(model), position_ids.to(device)),
-                       attention_mask.to(device) if attention_mask is not None else None,
-                       labels=batch["labels"].to(device))
-        return output, partial(_loss_func, batch["loss_mask"].to(device))
+        return self.stage.forward_step(data_iterator, model)
 
     def train_step(self) -> tuple[float, float | None, bool]:
         """One optimizer step; returns (loss averaged over data-parallel ranks, grad norm, step applied)."""
@@ -130,28 +108,32 @@ class Trainer:
         t = self.cfg.training
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        data = micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize, self.info.dp,
-                             self.info.dp_rank, self.num_micro)
+        data = self.stage.prepare(list(micro_batches(self.data.sample, self.data.batch, self.consumed,
+                                                     t.microBatchSize, self.info.dp, self.info.dp_rank,
+                                                     self.num_micro)))
         losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=data, model=[self.model],
-            num_microbatches=self.num_micro, seq_length=t.seqLength, micro_batch_size=t.microBatchSize,
-            forward_only=False)
+            forward_step_func=self._forward_step, data_iterator=iter(data), model=[self.model],
+            num_microbatches=self.num_micro, seq_length=t.seqLength,
+            micro_batch_size=t.microBatchSize * self.stage.rows_per_sample, forward_only=False)
         applied, grad_norm, _ = self.optimizer.step()
         if applied:
             self.scheduler.step(increment=1)
         self.iteration += 1
         self.consumed += t.globalBatchSize
-        return self._average_loss(losses), grad_norm, bool(applied)
+        self.last_metrics = self._average_metrics(losses)
+        return self.last_metrics["lm loss"], grad_norm, bool(applied)
 
-    def _average_loss(self, losses: list[dict]) -> float:
-        """Mean of the last stage's micro-batch losses over all its replicas, known on every rank."""
-        local = torch.zeros(2, dtype=torch.float64)
+    def _average_metrics(self, losses: list[dict]) -> dict[str, float]:
+        """Mean of the last stage's micro-batch metrics (the stage's keys) over all its replicas, on every rank."""
+        keys = self.stage.metric_keys
+        local = torch.zeros(len(keys) + 1, dtype=torch.float64)
         if losses:
-            local[0] = float(torch.stack([x["lm loss"].float() for x in losses]).mean())
-            local[1] = 1.0
+            for i, key in enumerate(keys):
+                local[i] = float(torch.stack([x[key].float() for x in losses]).mean())
+            local[-1] = 1.0
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(local)
-        return float(local[0] / local[1])
+        return {key: float(local[i] / local[-1]) for i, key in enumerate(keys)}
 
     # ------------------------------------------------------------ the run
 
@@ -169,7 +151,7 @@ class Trainer:
         progress.done = self.iteration
         losses: list[float] = []
         checkpoint: str | None = None
-        tokens_per_step = t.globalBatchSize * t.seqLength
+        tokens_per_step = t.globalBatchSize * self.stage.rows_per_sample * t.seqLength
         start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
         first_iteration = self.iteration
         while self.iteration < t.trainIters:
@@ -217,10 +199,12 @@ class Trainer:
             iteration=self.iteration, train_iters=t.trainIters, consumed_samples=self.consumed,
             ms_per_iter=1000 * step_s, learning_rate=lr, global_batch_size=t.globalBatchSize, loss=loss,
             grad_norm=float(grad_norm) if grad_norm is not None else None, tokens_per_second=tps,
-            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1)), flush=True)
+            tflops_per_device=tflops / 1e12, mfu=mfu, loss_scale=scale, skipped=0 if applied else 1,
+            extra={k: v for k, v in self.last_metrics.items() if k != "lm loss"})), flush=True)
         if self.tensorboard:
             for name, value in (("lm loss", loss), ("learning-rate", lr), ("grad-norm", grad_norm),
-                                ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu)):
+                                ("loss-scale", scale), ("tokens-per-second", tps), ("mfu", mfu),
+                                *((k, v) for k, v in self.last_metrics.items() if k != "lm loss")):
                 if value is not None:
                     self.tensorboard.add_scalar(name, float(value), self.iteration)
             self.tensorboard.flush()
@@ -228,7 +212,7 @@ class Trainer:
             self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
                              percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
                              tokensPerSecond=tps, mfu=mfu, etaSeconds=eta,
-                             lastCheckpointIteration=self.last_checkpoint)
+                             lastCheckpointIteration=self.last_checkpoint, **preference_fields(self.last_metrics))
 
 
 def train(cfg: TrainConfig, backend: Backend) -> TrainResult:

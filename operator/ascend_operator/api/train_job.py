@@ -119,6 +119,14 @@ class TrainProgress(KubeModel):
     """Estimated seconds to finish."""
     lastCheckpointIteration: int | None = None
     """Iteration of the newest saved checkpoint."""
+    rewardsChosen: float | None = None
+    """dpo / simpo: mean reward of the chosen replies."""
+    rewardsRejected: float | None = None
+    """dpo / simpo: mean reward of the rejected replies."""
+    rewardMargin: float | None = None
+    """dpo / simpo: mean of chosen minus rejected reward."""
+    rewardAccuracy: float | None = None
+    """dpo / simpo: fraction of pairs whose chosen reply out-rewards the rejected one."""
     lastUpdateTime: str | None = None
     """When these figures were read (RFC 3339)."""
 

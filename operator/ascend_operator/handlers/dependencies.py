@@ -65,11 +65,15 @@ def _outputs(obj: dict[str, Any]) -> dict[str, Any]:
 def _use_dataset(data: Any, prep: PrepConfig, out: dict[str, Any]) -> None:
     """Train on what the prep wrote, the way MindSpeed-LLM is told: pretraining reads each
     ``<prefix>_<key>_document``; instruction data is the bare prefix with --is-instruction-dataset (the
-    packed input_ids / attention_mask / labels files are one dataset, not three)."""
+    packed input_ids / attention_mask / labels files are one dataset, not three); pairwise data likewise with
+    --is-pairwise-dataset."""
     if prep.is_pretrain:
         data.dataPath = out.get("datasets") or [f"{prep.outputPrefix}_{key}_document" for key in prep.jsonKeys]
         return
     data.dataPath = [out.get("outputPrefix") or prep.outputPrefix]
+    if prep.is_pairwise:  # the six chosen/rejected files, for the dpo and simpo stages
+        data.isPairwiseDataset = True
+        return
     data.isInstructionDataset = True
     data.neatPack = prep.neatPack
 
@@ -87,8 +91,11 @@ def resolve(spec: Any, found: dict[Ref, dict[str, Any]], status: dict[str, Any])
                                       "one (convert.saveModelType mg)")
             resumable = ((status.get("progress") or {}).get("lastCheckpointIteration") and
                          spec.train.checkpoint.save)
+            converted = _outputs(obj).get("saveDir") or convert["saveDir"]
+            if spec.train.stage == "dpo" and not spec.train.lora.loraR and not spec.train.preference.refModel:
+                spec.train.preference.refModel = converted  # the DPO reference, also after a restart resumes
             if not resumable:  # otherwise the job's own latest checkpoint (load = save) wins
-                spec.train.checkpoint.load = _outputs(obj).get("saveDir") or convert["saveDir"]
+                spec.train.checkpoint.load = converted
                 spec.train.checkpoint.finetune = True
         elif ref.kind is TRAIN_JOB:
             spec.convert = spec.convert.model_copy(update=_convert_from_job(spec.convert, ref, obj))

@@ -1,0 +1,37 @@
+"""``PreferenceConfig``: the objective of the pairwise stages (``train.stage`` dpo / simpo), MindSpeed-LLM's flags.
+
+DPO compares the policy with a frozen reference model; SimPO needs none (it length-normalises the log-probability
+of each reply and asks for a margin instead).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import EngineModel, Flag
+
+Stage = Literal["pretrain", "sft", "dpo", "simpo"]
+PAIRWISE_STAGES = ("dpo", "simpo")
+
+
+class PreferenceConfig(EngineModel):
+    """DPO and SimPO settings (used only when stage is dpo or simpo)."""
+
+    dpoBeta: Annotated[float, Field(gt=0), Flag("--dpo-beta")] = 0.1
+    """DPO temperature beta: rewards are beta x (policy - reference) log-probabilities."""
+    dpoLossType: Annotated[Literal["sigmoid", "hinge", "ipo"], Flag("--dpo-loss-type")] = "sigmoid"
+    """DPO loss: sigmoid (the paper's), hinge (SLiC) or ipo (squared, on length-normalised log-probabilities)."""
+    dpoLabelSmoothing: Annotated[float, Field(ge=0, lt=0.5), Flag("--dpo-label-smoothing")] = 0.0
+    """Conservative DPO: the assumed probability that a pair's labels are flipped (sigmoid loss)."""
+    refModel: Annotated[str | None, Flag("--ref-model")] = None
+    """Megatron checkpoint of the frozen DPO reference, at this run's TP/PP layout; default checkpoint.load (the
+    starting model). Required to resume a DPO run, whose checkpoint.load is then the trained policy."""
+    simpoBeta: Annotated[float, Field(gt=0), Flag("--simpo-beta")] = 2.5
+    """SimPO reward scale beta (rewards are beta x mean log-probability of the reply)."""
+    gammaBetaRatio: Annotated[float, Field(ge=0), Flag("--gamma-beta-ratio")] = 1.4
+    """SimPO target margin gamma, as the ratio gamma / beta."""
+    simpoLossType: Annotated[Literal["sigmoid", "hinge"], Flag("--simpo-loss-type")] = "sigmoid"
+    """SimPO loss: sigmoid or hinge."""
+    simpoLabelSmoothing: Annotated[float, Field(ge=0, lt=0.5), Flag("--simpo-label-smoothing")] = 0.0
+    """SimPO label smoothing (sigmoid loss)."""
