@@ -128,8 +128,9 @@ def test_grpo_resumes_exactly(tmp_path, straight, base):
 
 @pytest.mark.engine
 def test_lora_grpo_keeps_the_base(tmp_path, prompts, base):
-    cfg = {**grpo_config(prompts, klCoef=0.05, trainIters=3), "checkpoint": {"load": str(base)},
+    cfg = {**grpo_config(prompts, klCoef=0.05), "checkpoint": {"load": str(base)},
            "lora": {"loraR": 4, "loraAlpha": 8.0, "loraTargetModules": ["linear_qkv", "linear_fc2"]}}
+    cfg["training"]["trainIters"] = 3
     proc = run(tmp_path, cfg, script=FROZEN_CHECK)
     assert "BASE_CHANGED []" in proc.stdout, proc.stdout
     logged = steps(proc.stdout)
