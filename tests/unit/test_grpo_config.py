@@ -69,3 +69,26 @@ def test_every_grpo_metric_has_a_status_field():
     assert set(GRPO_METRICS.values()) <= fields and set(GRPO_METRICS.values()) <= set(METRIC_NAMES.values())
     step = {"lm loss": 0.1, "grpo/reward_mean": 0.5, "grpo/accuracy": 0.25, "timing/rollout_s": 1.5}
     assert preference_fields(step) == {"rewardMean": 0.5, "accuracy": 0.25, "rolloutSeconds": 1.5}
+
+
+def test_grpo_figures_reach_the_job_status_through_the_endpoint():
+    import socket
+
+    from ascend_engine.telemetry import Metrics
+    from ascend_operator.progress import scrape
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metrics = Metrics()
+    metrics.serve(port, "127.0.0.1")
+    step = {"lm loss": -0.01, "grpo/reward_mean": 0.625, "grpo/reward_std": 0.5, "grpo/accuracy": 0.5,
+            "grpo/response_length": 12.0, "grpo/kl": 0.001, "grpo/clip_fraction": 0.125, "grpo/entropy": 2.5,
+            "grpo/policy_loss": -0.02, "timing/rollout_s": 3.0, "timing/update_s": 1.0,
+            "tokens_per_s/rollout": 100.0, "tokens_per_s/update": 400.0}
+    metrics.set(iteration=4, loss=step["lm loss"], **preference_fields(step))
+    progress = TrainProgress.model_validate(scrape(f"http://127.0.0.1:{port}/metrics"))
+    assert (progress.rewardMean, progress.rewardStd, progress.accuracy, progress.responseLength, progress.kl,
+            progress.clipFraction, progress.entropy, progress.rolloutSeconds, progress.updateSeconds,
+            progress.rolloutTokensPerSecond, progress.updateTokensPerSecond) == \
+        (0.625, 0.5, 0.5, 12.0, 0.001, 0.125, 2.5, 3.0, 1.0, 100.0, 400.0)
