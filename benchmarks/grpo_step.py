@@ -127,7 +127,8 @@ def main() -> None:
         med = statistics.median(values)
         return med, f"median {med:9.1f} ({min(values):.1f} .. {max(values):.1f})"
 
-    print(f"device {args.device} ({os.cpu_count()} CPU threads, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}),"
+    threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"device {args.device} ({os.cpu_count()} CPU threads, torch threads {threads}),"
           f" layers {args.num_layers}, hidden {args.hidden_size}, vocab {args.vocab_size}, {args.prompts} prompts x "
           f"{args.samples} samples = {rows} rows of {seq} tokens, up to {args.new_tokens} new tokens, "
           f"klCoef {args.kl_coef}, {args.blocks} blocks")
