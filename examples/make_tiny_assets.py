@@ -5,6 +5,8 @@
     <dir>/data/alpaca.jsonl    Alpaca records (instruction / input / output)
     <dir>/data/pairs.jsonl     Alpaca preference pairs (instruction / input / chosen / rejected), for
                                examples/pipeline-dpo.yaml
+    <dir>/data/arithmetic.jsonl  one-digit additions (question / answer), the RL prompts of
+                               examples/pipeline-grpo.yaml
 
 On the local cluster the pipeline's PVC `ascend-workspace` is the directory
 `.local-cluster/pvc/default/ascend-workspace`:
@@ -96,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [{"instruction": r["instruction"], "input": r["input"], "chosen": r["output"],
               "rejected": RECORDS[(i + 1) % len(RECORDS)]["output"]} for i, r in enumerate(RECORDS)]
     (data.parent / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs * 4))
-    print(f"wrote {model_dir}, {data} ({len(RECORDS) * 4} records), pairs.jsonl ({len(pairs) * 4} pairs) "
-          "and tiny MMLU / BoolQ sets")
+    sums = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a in range(1, 10) for b in range(1, 10)]
+    (data.parent / "arithmetic.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sums))
+    print(f"wrote {model_dir}, {data} ({len(RECORDS) * 4} records), pairs.jsonl ({len(pairs) * 4} pairs), "
+          f"arithmetic.jsonl ({len(sums)} prompts) and tiny MMLU / BoolQ sets")
     return 0
 
 

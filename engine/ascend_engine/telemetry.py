@@ -30,15 +30,32 @@ METRIC_NAMES = {
     "ascend_train_rewards_rejected": "rewardsRejected",
     "ascend_train_reward_margin": "rewardMargin",
     "ascend_train_reward_accuracy": "rewardAccuracy",
+    "ascend_grpo_reward_mean": "rewardMean",
+    "ascend_grpo_reward_std": "rewardStd",
+    "ascend_grpo_accuracy": "accuracy",
+    "ascend_grpo_response_length": "responseLength",
+    "ascend_grpo_kl": "kl",
+    "ascend_grpo_clip_fraction": "clipFraction",
+    "ascend_grpo_entropy": "entropy",
+    "ascend_grpo_rollout_seconds": "rolloutSeconds",
+    "ascend_grpo_update_seconds": "updateSeconds",
+    "ascend_grpo_rollout_tokens_per_second": "rolloutTokensPerSecond",
+    "ascend_grpo_update_tokens_per_second": "updateTokensPerSecond",
 }
 # The preference stages' log-line metrics (MindSpeed-LLM's names) -> status.progress fields.
 PREFERENCE_METRICS = {"rewards/chosen": "rewardsChosen", "rewards/rejected": "rewardsRejected",
                       "rewards/margins": "rewardMargin", "rewards/accuracies": "rewardAccuracy"}
+# The grpo stage's log-line metrics -> status.progress fields.
+GRPO_METRICS = {"grpo/reward_mean": "rewardMean", "grpo/reward_std": "rewardStd", "grpo/accuracy": "accuracy",
+                "grpo/response_length": "responseLength", "grpo/kl": "kl", "grpo/clip_fraction": "clipFraction",
+                "grpo/entropy": "entropy", "timing/rollout_s": "rolloutSeconds", "timing/update_s": "updateSeconds",
+                "tokens_per_s/rollout": "rolloutTokensPerSecond", "tokens_per_s/update": "updateTokensPerSecond"}
 
 
 def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
-    """The status.progress fields among a step's metrics (none for pretrain / SFT)."""
-    return {field: metrics[name] for name, field in PREFERENCE_METRICS.items() if name in metrics}
+    """The status.progress fields among a step's metrics (none for pretrain / SFT; dpo / simpo and grpo's)."""
+    return {field: metrics[name] for name, field in {**PREFERENCE_METRICS, **GRPO_METRICS}.items()
+            if name in metrics}
 
 
 class Metrics:

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from .base import EngineModel, Flag
 
-Stage = Literal["pretrain", "sft", "dpo", "simpo"]
+Stage = Literal["pretrain", "sft", "dpo", "simpo", "grpo"]
 PAIRWISE_STAGES = ("dpo", "simpo")
 
 

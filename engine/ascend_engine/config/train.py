@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from .base import EngineModel, Flag
+from .grpo import GrpoConfig, check_grpo_run
 from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -331,7 +332,7 @@ class TrainConfig(EngineModel):
     """Accelerator backend; auto picks npu, then cuda, then cpu."""
     stage: Annotated[Stage | None, Flag("--stage")] = None
     """Training objective: pretrain or sft (the next-token loss; which one follows data.isInstructionDataset), dpo
-    or simpo (preference pairs from pairwise data)."""
+    or simpo (preference pairs from pairwise data), grpo (rollouts on R1 prompt data scored by rule rewards)."""
     model: ModelConfig = ModelConfig()
     """Model architecture."""
     parallel: ParallelConfig = ParallelConfig()
@@ -348,6 +349,8 @@ class TrainConfig(EngineModel):
     """LoRA adapters (off unless loraR is set)."""
     preference: PreferenceConfig = PreferenceConfig()
     """DPO / SimPO objective (stage dpo or simpo)."""
+    grpo: GrpoConfig = GrpoConfig()
+    """GRPO rollouts, rewards and updates (stage grpo)."""
     observability: ObservabilityConfig = ObservabilityConfig()
     """Logging and metrics."""
 
@@ -390,11 +393,14 @@ class TrainConfig(EngineModel):
         if self.data.isPairwiseDataset and self.stage not in PAIRWISE_STAGES:
             raise ValueError(f"data.isPairwiseDataset (--is-pairwise-dataset) needs stage "
                              f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
+        if self.stage == "grpo":
+            check_grpo_run(self)
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
-        if self.stage in PAIRWISE_STAGES and p.numLayersPerVirtualPipelineStage:
-            raise ValueError(f"stage {self.stage} with parallel.numLayersPerVirtualPipelineStage: preference stages run "
-                             "the non-interleaved pipeline schedule only; drop the virtual pipeline stages")
+        if self.stage in (*PAIRWISE_STAGES, "grpo") and p.numLayersPerVirtualPipelineStage:
+            raise ValueError(f"stage {self.stage} with parallel.numLayersPerVirtualPipelineStage: the preference and "
+                             "GRPO stages run the non-interleaved pipeline schedule only; drop the virtual pipeline "
+                             "stages")
         return self
 
     @property

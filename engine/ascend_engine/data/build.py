@@ -48,6 +48,17 @@ def build_train_data(cfg: TrainConfig, part: int = 0) -> TrainData | SyntheticDa
         from .sources import DataError
 
         raise DataError(f"stage {cfg.stage}: needs preference pairs in data.dataPath (no synthetic pairwise data)")
+    if cfg.stage == "grpo":
+        if not d.dataPath:
+            from .sources import DataError
+
+            raise DataError("stage grpo: needs R1 prompt data in data.dataPath (R1AlpacaStyleInstructionHandler "
+                            "output: <prefix>_packed_{input_ids,attention_mask,labels}_document)")
+        from .prompts import PromptDataset, prompt_batch
+
+        sources = parse_data_path(d.dataPath, instruction=True)
+        return TrainData([PromptDataset(s.files, t.seed, d.split, s.prefix) for s in sources],
+                         [s.weight for s in sources], prompt_batch)
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
     sources = parse_data_path(d.dataPath, d.isInstructionDataset, cfg.pairwise_data)

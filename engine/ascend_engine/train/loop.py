@@ -117,23 +117,29 @@ class Trainer:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t = self.cfg.training
-        for chunk in self.chunks:
-            chunk.zero_grad_buffer()
-        self.optimizer.zero_grad()
-        data = [self.stage.prepare(micro_batches(self.data.sample, self.data.batch, self.consumed, t.microBatchSize,
-                                                 self.info.dp, self.info.dp_rank, self.num_micro, self.vocab_size))
+        # materialised: a stage may run several updates over the same micro-batches (GRPO's policy updates)
+        data = [self.stage.prepare(list(micro_batches(self.data.sample, self.data.batch, self.consumed,
+                                                      t.microBatchSize, self.info.dp, self.info.dp_rank,
+                                                      self.num_micro, self.vocab_size)))
                 for _ in self.chunks]
-        losses = get_forward_backward_func()(
-            forward_step_func=self._forward_step, data_iterator=data if len(data) > 1 else data[0], model=self.chunks,
-            num_microbatches=self.num_micro, seq_length=t.seqLength,
-            micro_batch_size=t.microBatchSize * self.stage.rows_per_sample, forward_only=False)
-        self.router_losses = router_losses(self.cfg.model, self.num_micro)
-        applied, grad_norm, _ = self.optimizer.step()
+        losses = []
+        for _ in range(self.stage.updates_per_step):
+            for chunk in self.chunks:
+                chunk.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            iterators = [iter(d) for d in data]
+            losses += get_forward_backward_func()(
+                forward_step_func=self._forward_step,
+                data_iterator=iterators if len(iterators) > 1 else iterators[0], model=self.chunks,
+                num_microbatches=self.num_micro, seq_length=t.seqLength,
+                micro_batch_size=t.microBatchSize * self.stage.rows_per_sample, forward_only=False) or []
+            self.router_losses = router_losses(self.cfg.model, self.num_micro)
+            applied, grad_norm, _ = self.optimizer.step()
         if applied:
             self.scheduler.step(increment=1)
         self.iteration += 1
         self.consumed += t.globalBatchSize
-        self.last_metrics = self._average_metrics(losses)
+        self.last_metrics = self.stage.step_metrics(self._average_metrics(losses))
         return self.last_metrics["lm loss"], grad_norm, bool(applied)
 
     def _average_metrics(self, losses: list[dict]) -> dict[str, float]:

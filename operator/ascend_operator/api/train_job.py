@@ -145,6 +145,28 @@ class TrainProgress(KubeModel):
     """dpo / simpo: mean of chosen minus rejected reward."""
     rewardAccuracy: float | None = None
     """dpo / simpo: fraction of pairs whose chosen reply out-rewards the rejected one."""
+    rewardMean: float | None = None
+    """grpo: mean reward of the step's responses."""
+    rewardStd: float | None = None
+    """grpo: standard deviation of the step's rewards."""
+    accuracy: float | None = None
+    """grpo: fraction of responses the first verifier function scores above 0."""
+    responseLength: float | None = None
+    """grpo: mean response length in tokens."""
+    kl: float | None = None
+    """grpo: mean k3 KL of the policy to the frozen reference (klCoef > 0)."""
+    clipFraction: float | None = None
+    """grpo: fraction of response tokens whose probability ratio was clipped."""
+    entropy: float | None = None
+    """grpo: mean token entropy of the policy over the responses."""
+    rolloutSeconds: float | None = None
+    """grpo: seconds of the step spent generating and scoring."""
+    updateSeconds: float | None = None
+    """grpo: seconds of the step spent on reference log-probs and policy updates."""
+    rolloutTokensPerSecond: float | None = None
+    """grpo: generated tokens per second over all ranks."""
+    updateTokensPerSecond: float | None = None
+    """grpo: trained (prompt + response) tokens per second over all ranks, all policy updates counted."""
     lastUpdateTime: str | None = None
     """When these figures were read (RFC 3339)."""
 

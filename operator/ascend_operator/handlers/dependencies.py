@@ -92,8 +92,9 @@ def resolve(spec: Any, found: dict[Ref, dict[str, Any]], status: dict[str, Any])
             resumable = ((status.get("progress") or {}).get("lastCheckpointIteration") and
                          spec.train.checkpoint.save)
             converted = _outputs(obj).get("saveDir") or convert["saveDir"]
-            if spec.train.stage == "dpo" and not spec.train.lora.loraR and not spec.train.preference.refModel:
-                spec.train.preference.refModel = converted  # the DPO reference, also after a restart resumes
+            if spec.train.stage in ("dpo", "grpo") and not spec.train.lora.loraR and \
+                    not spec.train.preference.refModel:
+                spec.train.preference.refModel = converted  # the frozen reference, also after a restart resumes
             if not resumable:  # otherwise the job's own latest checkpoint (load = save) wins
                 spec.train.checkpoint.load = converted
                 spec.train.checkpoint.finetune = True

@@ -16,6 +16,10 @@ def make_stage(cfg: TrainConfig) -> Stage:
         from .preference import PreferenceStage
 
         return PreferenceStage(cfg)
+    if cfg.stage == "grpo":
+        from .grpo import GrpoStage
+
+        return GrpoStage(cfg)
     from .language_model import LanguageModelStage
 
     return LanguageModelStage(cfg)

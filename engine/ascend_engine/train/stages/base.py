@@ -17,6 +17,8 @@ class Stage:
     metric_keys: tuple[str, ...] = ("lm loss",)
     """What the loss function reports per micro-batch, averaged over micro-batches and data-parallel ranks; the
     first is the loss."""
+    updates_per_step = 1
+    """Optimizer steps per iteration on the batches ``prepare`` returns (GRPO's policy updates per rollout)."""
 
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
@@ -30,6 +32,10 @@ class Stage:
         """This step's micro-batches, before the schedule runs (collective on all ranks). The default keeps them
         lazy: a neat-packed micro-batch's attention mask is [b, 1, s, s]."""
         return batches
+
+    def step_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The step's averaged loss-function metrics plus what the stage measured itself (rollout figures)."""
+        return metrics
 
     def forward_step(self, data_iterator, model):
         """Megatron's forward-step function: (output tensor, loss function of that output)."""

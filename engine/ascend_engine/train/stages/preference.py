@@ -56,8 +56,8 @@ class PreferenceStage(Stage):
         ref_path = cfg.preference.refModel
         if ref_path is None and trainer.iteration > 0:
             raise ReferenceModelError(
-                f"preference.refModel (--ref-model): this DPO run resumes at iteration {trainer.iteration} from "
-                f"{cfg.checkpoint.load}, which is the trained policy; set refModel to the checkpoint DPO started from")
+                f"preference.refModel (--ref-model): this {cfg.stage} run resumes at iteration {trainer.iteration} "
+                f"from {cfg.checkpoint.load}, which is the trained policy; set refModel to the checkpoint it started from")
         from ...checkpoint.training import rng_state, set_rng_state
 
         before = rng_state()  # building draws initial weights; the run's random stream must not notice
