@@ -20,7 +20,7 @@ def _is_hf_directory(path: str) -> bool:
 
 def _layout(cfg: EvaluateConfig) -> tuple[bool, int, int, tuple[int, int] | None]:
     """(needs conversion, TP, PP, the checkpoint's own layout or None for HF)."""
-    from ..generate.loading import layout, read_args
+    from ..generate.loading import not_loadable, read_args
 
     if _is_hf_directory(cfg.load):
         return True, cfg.tensorModelParallelSize or 1, cfg.pipelineModelParallelSize or 1, None
@@ -29,9 +29,10 @@ def _layout(cfg: EvaluateConfig) -> tuple[bool, int, int, tuple[int, int] | None
 
         raise CheckpointMismatch(f"load: {cfg.load}: no such directory")
     _, args = read_args(cfg.load)
-    saved = layout(args)
+    saved = int(args.tensor_model_parallel_size), int(args.pipeline_model_parallel_size)
     tp, pp = cfg.tensorModelParallelSize or saved[0], cfg.pipelineModelParallelSize or saved[1]
-    return (tp, pp) != saved, tp, pp, saved
+    # an expert-parallel or virtual-pipeline checkpoint is converted on the fly like another TP/PP layout
+    return (tp, pp) != saved or not_loadable(args) is not None, tp, pp, saved
 
 
 def _convert(cfg: EvaluateConfig, tp: int, pp: int, hf: bool, rank: int) -> str:

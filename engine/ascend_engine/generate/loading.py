@@ -25,7 +25,24 @@ def read_args(root: str):
     raise CheckpointMismatch(f"{root}: iteration {iteration} has no mp_rank_00 or mp_rank_00_000 folder")
 
 
+def not_loadable(args) -> str | None:
+    """Why inference cannot load this checkpoint's files as they are (each expert-parallel rank's file holds only
+    its own experts; virtual pipeline stages split a rank's layers into chunks), or None."""
+    ep = int(getattr(args, "expert_model_parallel_size", None) or 1)
+    vpp = getattr(args, "num_layers_per_virtual_pipeline_stage", None)
+    if ep > 1:
+        return f"expert parallel size {ep}"
+    return f"virtual pipeline stages of {vpp} layers" if vpp else None
+
+
 def layout(args) -> tuple[int, int]:
+    """(TP, PP) of a checkpoint inference can load as it is; others are refused with the reshard that fixes them."""
+    from ..checkpoint.training import CheckpointMismatch
+
+    if why := not_loadable(args):
+        raise CheckpointMismatch(f"checkpoint saved with {why}: reshard it for inference first (`ascend-engine "
+                                 "convert --load-model-type mg --save-model-type mg --target-expert-parallel-size 1`, "
+                                 "no --num-layers-per-virtual-pipeline-stage)")
     return int(args.tensor_model_parallel_size), int(args.pipeline_model_parallel_size)
 
 
