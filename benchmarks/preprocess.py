@@ -126,12 +126,14 @@ def main() -> int:
             peer = by_name[f"Megatron-LM preprocess_data w{w}"]
             identical = all(sha256(f) == sha256(out(f"megatron-w{w}").with_name(f.name)) for f in files)
             ratios = sorted(p / o for p, o in zip(peer.seconds, ours.seconds))
+            cpu = statistics.median(peer.cpu) / statistics.median(ours.cpu)
             line += (f"; Megatron-LM {peer.median:.1f} s: ours is {statistics.median(ratios):.2f}x faster "
-                     f"({ratios[0]:.2f}-{ratios[-1]:.2f}), CPU {statistics.median(peer.cpu) / statistics.median(ours.cpu):.2f}x "
-                     f"less; byte-identical .bin and .idx: {identical}")
+                     f"({ratios[0]:.2f}-{ratios[-1]:.2f}), CPU {cpu:.2f}x less; byte-identical .bin and .idx: "
+                     f"{identical}")
         print(line)
     if len(args.workers) > 1:
-        print("scaling: " + ", ".join(f"w{w} {by_name[f'ascend-engine preprocess w{args.workers[0]}'].median / by_name[f'ascend-engine preprocess w{w}'].median:.2f}x"
+        first = by_name[f"ascend-engine preprocess w{args.workers[0]}"].median
+        print("scaling: " + ", ".join(f"w{w} {first / by_name[f'ascend-engine preprocess w{w}'].median:.2f}x"
                                        for w in args.workers[1:]) + f" over w{args.workers[0]}")
     print(f"(wall time includes interpreter start and tokenizer load; outputs in {work})")
     if not args.keep:
