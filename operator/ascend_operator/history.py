@@ -16,7 +16,10 @@ DATA_KEY = "series.json"
 LABEL = f"{API_GROUP}/history-of"
 # status.progress field -> point field
 FIELDS = {"loss": "loss", "validationLoss": "validationLoss", "learningRate": "learningRate",
-          "tokensPerSecond": "tokensPerSecond"}
+          "tokensPerSecond": "tokensPerSecond",
+          # stage figures: GRPO's reward and accuracy, DPO/SimPO's pair accuracy and margin, MoE's router loss
+          "rewardMean": "rewardMean", "accuracy": "accuracy", "rewardAccuracy": "rewardAccuracy",
+          "rewardMargin": "rewardMargin", "loadBalancingLoss": "loadBalancingLoss"}
 
 
 def config_map_name(job: str) -> str:

@@ -31,3 +31,9 @@ def test_the_series_round_trips_through_an_owned_config_map():
     cm = config_map(job, points)
     assert cm["metadata"]["name"] == "j-history" and cm["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert read(cm) == [{"iteration": 5, "time": "2026-01-01T00:00:00Z", "loss": 2.5, "tokensPerSecond": 10.0}]
+
+
+def test_stage_figures_join_the_series():
+    points = add_point([], {"iteration": 3, "loss": 0.4, "rewardMean": 0.25, "accuracy": 0.5,
+                            "rewardAccuracy": None}, "t")
+    assert points == [{"iteration": 3, "time": "t", "loss": 0.4, "rewardMean": 0.25, "accuracy": 0.5}]

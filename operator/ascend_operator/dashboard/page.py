@@ -29,6 +29,9 @@ PAGE = """<!doctype html>
 <script>
 const CHARTS = [["loss", "loss"], ["validationLoss", "validation loss"], ["learningRate", "learning rate"],
                 ["tokensPerSecond", "tokens/s"]];
+// drawn only for the jobs whose stage reports them (GRPO, DPO/SimPO, MoE)
+const STAGE_CHARTS = [["rewardMean", "reward mean"], ["accuracy", "accuracy"], ["rewardAccuracy", "pair accuracy"],
+                      ["rewardMargin", "reward margin"], ["loadBalancingLoss", "load-balancing loss"]];
 function fmt(v) { return v === undefined || v === null ? "-" : (Math.abs(v) >= 1000 || Math.abs(v) < 0.01) && v !== 0
   ? Number(v).toPrecision(3) : String(Math.round(v * 1000) / 1000); }
 function eta(s) { if (s === undefined || s === null) return "-"; s = Math.max(0, Math.round(s));
@@ -58,7 +61,8 @@ function render(data) {
       ` &middot; ${fmt(p.tokensPerSecond)} tok/s &middot; restarts ${j.restarts}</span></div>` +
       `<div class="bar"><div style="width:${pct}%"></div></div>` +
       (j.phase === "Failed" && j.message ? `<div class="message">${esc(j.message)}</div>` : "") +
-      `<div class="charts">${CHARTS.map(([k, t]) => chart(j.series, k, t)).join("")}</div></div>`;
+      `<div class="charts">${CHARTS.concat(STAGE_CHARTS.filter(([k]) => j.series.some(p => p[k] !== undefined)))
+        .map(([k, t]) => chart(j.series, k, t)).join("")}</div></div>`;
   }).join("");
   document.getElementById("jobs").innerHTML = html || '<p class="empty">no AscendTrainJobs yet</p>';
 }
