@@ -43,7 +43,7 @@ def megatron_args(cfg: TrainConfig, world_size: int, iteration: int, consumed_tr
         normalization=m.normalization, norm_epsilon=m.normEpsilon, swiglu=m.swiglu,
         position_embedding_type=m.positionEmbeddingType, rotary_base=m.rotaryBase, qk_layernorm=m.qkLayernorm,
         add_qkv_bias=m.addQkvBias, add_bias_linear=m.addBiasLinear,
-        untie_embeddings_and_output_weights=m.untieEmbeddingsAndOutputWeights,
+        untie_embeddings_and_output_weights=m.untieEmbeddingsAndOutputWeights, score_head=m.scoreHead,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=cfg.virtual_pipeline_size,
         num_layers_per_virtual_pipeline_stage=p.numLayersPerVirtualPipelineStage, world_size=world_size, data_parallel_size=world_size // (tp * pp),

@@ -148,7 +148,9 @@ def _load_model(trainer, state: dict, where, adapters: bool) -> None:
 
 def _load_chunk(gpt, saved: dict, where, adapters: bool) -> None:
     from ..models.lora import is_adapter_key
+    from ..models.score_head import from_language_model
 
+    saved = from_language_model(gpt, saved)
     expected = {k for k in gpt.state_dict() if is_adapter_key(k) == adapters and not k.endswith("._extra_state")}
     given = {k: v for k, v in saved.items() if is_adapter_key(k) == adapters}
     missing = sorted(expected - set(given))

@@ -11,8 +11,9 @@ from pydantic import Field
 
 from .base import EngineModel, Flag
 
-Stage = Literal["pretrain", "sft", "dpo", "simpo", "grpo"]
-PAIRWISE_STAGES = ("dpo", "simpo")
+Stage = Literal["pretrain", "sft", "dpo", "simpo", "orm", "grpo"]
+PAIRWISE_STAGES = ("dpo", "simpo", "orm")
+"""Stages that read preference pairs (orm: an outcome reward model ranks chosen above rejected)."""
 
 
 class PreferenceConfig(EngineModel):

@@ -60,6 +60,9 @@ class ModelConfig(EngineModel):
     """Biases on all linear layers; --disable-bias-linear (the default) turns them off."""
     untieEmbeddingsAndOutputWeights: Annotated[bool, Flag("--untie-embeddings-and-output-weights")] = True
     """Separate output layer instead of sharing the input embedding."""
+    scoreHead: Annotated[bool, Flag("--score-head")] = False
+    """A scalar score head (hidden -> 1, HF ``score.weight``) in place of the LM output layer: a reward model, as
+    HF's ``*ForSequenceClassification`` with one label. Set by stage orm; checkpoints record it."""
     attentionDropout: Annotated[float, Field(ge=0, lt=1), Flag("--attention-dropout")] = 0.0
     """Dropout on attention probabilities."""
     hiddenDropout: Annotated[float, Field(ge=0, lt=1), Flag("--hidden-dropout")] = 0.0
@@ -395,6 +398,13 @@ class TrainConfig(EngineModel):
                              f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
         if self.stage == "grpo":
             check_grpo_run(self)
+        if self.stage == "orm":
+            m.scoreHead = True
+        elif m.scoreHead:
+            raise ValueError(f"model.scoreHead (--score-head) is the reward model of stage orm, not {self.stage}")
+        if m.scoreHead and p.sequenceParallel:
+            raise ValueError("stage orm with parallel.sequenceParallel: the score head reads whole sequences; "
+                             "turn sequence parallelism off")
         if p.sequenceParallel and tp == 1:
             raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         if self.stage in (*PAIRWISE_STAGES, "grpo") and p.numLayersPerVirtualPipelineStage:

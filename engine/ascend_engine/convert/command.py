@@ -22,7 +22,8 @@ from ..config.train import ModelConfig
 from ..telemetry import Progress, report_result
 from .errors import ConvertError
 from .families import FAMILIES, Family
-from .hf_config import check_same_model, family_for, hf_config_from_model, model_config_from_hf
+from .hf_config import (check_same_model, family_for, hf_config_from_model, model_config_from_hf,
+                        score_model_fields)
 from .lora import LoraAdapter
 from .mcore_layout import model_keys
 from .megatron_io import dtype_from_name
@@ -137,6 +138,17 @@ def _tokenizer_dir(cfg: ConvertConfig) -> Path | None:
     return None
 
 
+def _tokenizer_pad_id(cfg: ConvertConfig) -> int | None:
+    """The padding token of the output's tokenizer (its eos token when it has none), if there is a tokenizer."""
+    tok = _tokenizer_dir(cfg)
+    if tok is None or not any((tok / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tok))
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def _check_output(cfg: ConvertConfig, iteration) -> None:
     save = Path(cfg.saveDir)
     if cfg.saveModelType == "mg":
@@ -189,6 +201,7 @@ def convert(cfg: ConvertConfig) -> dict:
         plan.extend(dry.hf_plan)
         hf_dtype = _HF_DTYPE.get(cfg.paramsDtype or "", str(dry.hf_plan[0][1]).removeprefix("torch."))
         config = dict(template) if template else hf_config_from_model(target, family, hf_dtype)
+        config = score_model_fields(config, family, target, _tokenizer_pad_id(cfg), "config.json")
         config["dtype"] = hf_dtype
         config.pop("torch_dtype", None)
 

@@ -38,6 +38,15 @@ class Family:
     hf_model_type: str  # config.json "model_type"
     architecture: str  # config.json "architectures"
     rows: tuple[Row, ...]
+    score_architecture: str | None = None  # the reward model's class (model.scoreHead: HF's score head)
+
+    def architecture_for(self, model: ModelConfig) -> str:
+        """config.json "architectures" entry of ``model``: the causal LM, or its sequence classifier."""
+        if not model.scoreHead:
+            return self.architecture
+        if self.score_architecture is None:
+            raise MappingError(f"model family {self.name!r} has no sequence-classification (reward model) class")
+        return self.score_architecture
 
     def rows_for(self, model: ModelConfig) -> dict[str, tuple[str, str, tuple[str, ...]]]:
         """Megatron key -> (rule, row pattern, HF names) for every tensor key of ``model``; errors name what is
@@ -114,6 +123,7 @@ _DECODER = (
     Row(_M + "mlp.linear_fc2.weight", (_L + "mlp.down_proj.weight",)),
     Row("decoder.final_layernorm.weight", ("model.norm.weight",)),
     Row("output_layer.weight", ("lm_head.weight",), when="untieEmbeddingsAndOutputWeights"),
+    Row("score.weight", ("score.weight",), when="scoreHead"),
 )
 _QKV_BIAS = (
     Row(_M + "self_attention.linear_qkv.bias",
@@ -147,11 +157,11 @@ _SHARED_EXPERT = (
 )
 
 FAMILIES = {
-    "qwen3": Family("qwen3", "qwen3", "Qwen3ForCausalLM", _DECODER + _QK_NORM),
-    "qwen2": Family("qwen2", "qwen2", "Qwen2ForCausalLM", _DECODER + _QKV_BIAS),
+    "qwen3": Family("qwen3", "qwen3", "Qwen3ForCausalLM", _DECODER + _QK_NORM, "Qwen3ForSequenceClassification"),
+    "qwen2": Family("qwen2", "qwen2", "Qwen2ForCausalLM", _DECODER + _QKV_BIAS, "Qwen2ForSequenceClassification"),
     # MindSpeed-LLM's recipes convert Qwen2.5 as "llama2 --add-qkv-bias": the bias rows keep that working.
-    "llama2": Family("llama2", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
-    "llama3": Family("llama3", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS),
+    "llama2": Family("llama2", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS, "LlamaForSequenceClassification"),
+    "llama3": Family("llama3", "llama", "LlamaForCausalLM", _DECODER + _QKV_BIAS, "LlamaForSequenceClassification"),
     # Mixture of experts: megatron-core's TopKRouter + SequentialMLP experts (+ SharedExpertMLP).
     "qwen3_moe": Family("qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", _ATTENTION + _QK_NORM + _QWEN_MOE),
     "qwen2_moe": Family("qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM",

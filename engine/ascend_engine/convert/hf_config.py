@@ -66,6 +66,36 @@ def family_for(hf: dict[str, Any], requested: str | None, source: str) -> Family
     return family
 
 
+def is_score_model(hf: dict[str, Any]) -> bool:
+    """A sequence classifier with one label (a reward model: ``score`` head instead of ``lm_head``)."""
+    if not any(a.endswith("ForSequenceClassification") for a in hf.get("architectures") or ()):
+        return False
+    labels = len(hf.get("id2label") or {}) or int(hf.get("num_labels") or 2)
+    if labels != 1:
+        raise MappingError(f"config.json: a sequence classifier with {labels} labels; only reward models "
+                           f"(num_labels 1) are supported")
+    return True
+
+
+def score_model_fields(hf: dict[str, Any], family: Family, model: ModelConfig, pad_token_id: int | None,
+                       source: str) -> dict[str, Any]:
+    """``hf`` (generated or copied from --hf-cfg-dir) made the reward model's config: its class, one label and
+    the padding token HF's classifier uses to find each row's last real token."""
+    if not model.scoreHead:
+        if is_score_model(hf):
+            raise MappingError(f"{source}: describes a reward model ({hf['architectures'][0]}) but the checkpoint "
+                               f"is a language model (no score head)")
+        return hf
+    pad = hf.get("pad_token_id")
+    pad = pad if pad is not None else pad_token_id
+    if pad is None:
+        raise MappingError(f"{source}: a reward model needs pad_token_id in config.json (HF's sequence classifier "
+                           f"scores each row's last non-padding token); give --tokenizer-model or --hf-cfg-dir "
+                           f"with a tokenizer that has a pad or eos token")
+    return hf | {"architectures": [family.architecture_for(model)], "id2label": {"0": "LABEL_0"},
+                 "label2id": {"LABEL_0": 0}, "pad_token_id": int(pad)}
+
+
 def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisible_by: int = 128,
                          padded_vocab_size: int | None = None) -> ModelConfig:
     """Translate a HF config dict; ``source`` names the file in errors."""
@@ -96,6 +126,7 @@ def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisi
             rotaryBase=_rope_theta(hf), qkLayernorm=model_type in _QK_NORM,
             addQkvBias=model_type in _QWEN2_QKV_BIAS, addBiasLinear=False,
             untieEmbeddingsAndOutputWeights=not hf.get("tie_word_embeddings", False),  # the classes default to untied
+            scoreHead=is_score_model(hf),
             **_moe_fields(hf, model_type, source),
         )
     except KeyError as e:
@@ -150,8 +181,10 @@ def hf_config_from_model(model: ModelConfig, family: Family, dtype: str) -> dict
         num_key_value_heads=model.num_query_groups, head_dim=model.head_dim,
         rms_norm_eps=model.normEpsilon, rope_theta=model.rotaryBase,
         tie_word_embeddings=not model.untieEmbeddingsAndOutputWeights, hidden_act="silu",
-        architectures=[family.architecture], dtype=dtype,
+        architectures=[family.architecture_for(model)], dtype=dtype,
     )
+    if model.scoreHead:
+        kwargs["num_labels"] = 1
     if model.maxPositionEmbeddings:
         kwargs["max_position_embeddings"] = model.maxPositionEmbeddings
     kwargs.update(_hf_moe_kwargs(model, family))

@@ -16,6 +16,7 @@ POSITION_EMBEDDING = "embedding.position_embeddings.weight"
 FINAL_NORM = "decoder.final_layernorm"
 OUTPUT = "output_layer.weight"
 OUTPUT_EXTRA = "output_layer._extra_state"
+SCORE = "score.weight"  # a reward model's score head (hidden -> 1), whole on every TP rank
 LAYER_PREFIX = "decoder.layers."
 _LAYER_KEY = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 ROUTER = "mlp.router.weight"
@@ -84,6 +85,9 @@ def stage_keys(model: ModelConfig, first_layer: int, num_layers: int, first: boo
         keys.append(f"{FINAL_NORM}.weight")
         if model.normalization == "LayerNorm":
             keys.append(f"{FINAL_NORM}.bias")
+        if model.scoreHead:  # a reward model: the score head in place of the output layer
+            keys.append(SCORE)
+            return keys
         # Tied embeddings: the last stage of a pipeline keeps its own copy of the embedding as output weight.
         if model.untieEmbeddingsAndOutputWeights or not first:
             keys.append(OUTPUT)

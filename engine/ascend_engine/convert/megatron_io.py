@@ -54,6 +54,7 @@ def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig
             rotaryBase=float(get("rotary_base", 10000)), qkLayernorm=bool(get("qk_layernorm", False)),
             addQkvBias=bool(get("add_qkv_bias", False)), addBiasLinear=bool(get("add_bias_linear", True)),
             untieEmbeddingsAndOutputWeights=bool(get("untie_embeddings_and_output_weights", False)),
+            scoreHead=bool(get("score_head", False)),
             **moe_fields_from_args(args),
         )
     except AttributeError as e:
@@ -76,7 +77,7 @@ def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int
         normalization=model.normalization, norm_epsilon=model.normEpsilon, swiglu=model.swiglu,
         position_embedding_type=model.positionEmbeddingType, rotary_base=model.rotaryBase,
         qk_layernorm=model.qkLayernorm, add_qkv_bias=model.addQkvBias, add_bias_linear=model.addBiasLinear,
-        untie_embeddings_and_output_weights=model.untieEmbeddingsAndOutputWeights,
+        untie_embeddings_and_output_weights=model.untieEmbeddingsAndOutputWeights, score_head=model.scoreHead,
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp,
         num_layers_per_virtual_pipeline_stage=layer_counts[0] if vpp else None,

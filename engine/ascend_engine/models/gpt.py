@@ -129,11 +129,16 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
         max_sequence_length=model.maxPositionEmbeddings or seq_length,
         pre_process=parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
         post_process=parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
-        share_embeddings_and_output_weights=not model.untieEmbeddingsAndOutputWeights,
+        # a reward model has no LM output layer, so nothing to tie to the embedding
+        share_embeddings_and_output_weights=not model.untieEmbeddingsAndOutputWeights and not model.scoreHead,
         position_embedding_type="mrope" if config.mrope_section else model.positionEmbeddingType,
         rotary_base=int(model.rotaryBase),
         vp_stage=vp_stage,
     )
+    if model.scoreHead and gpt.post_process:
+        from .score_head import attach_score_head
+
+        attach_score_head(gpt)
     if seed is not None:
         init_layout_independent(gpt, model, seed, parallel.tensorModelParallelSize,
                                 parallel_state.get_tensor_model_parallel_rank())

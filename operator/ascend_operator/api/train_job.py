@@ -138,13 +138,13 @@ class TrainProgress(KubeModel):
     lastCheckpointIteration: int | None = None
     """Iteration of the newest saved checkpoint."""
     rewardsChosen: float | None = None
-    """dpo / simpo: mean reward of the chosen replies."""
+    """dpo / simpo / orm: mean reward of the chosen replies."""
     rewardsRejected: float | None = None
-    """dpo / simpo: mean reward of the rejected replies."""
+    """dpo / simpo / orm: mean reward of the rejected replies."""
     rewardMargin: float | None = None
-    """dpo / simpo: mean of chosen minus rejected reward."""
+    """dpo / simpo / orm: mean of chosen minus rejected reward."""
     rewardAccuracy: float | None = None
-    """dpo / simpo: fraction of pairs whose chosen reply out-rewards the rejected one."""
+    """dpo / simpo / orm: fraction of pairs whose chosen reply out-rewards the rejected one."""
     rewardMean: float | None = None
     """grpo: mean reward of the step's responses."""
     rewardStd: float | None = None

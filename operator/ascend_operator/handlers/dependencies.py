@@ -71,7 +71,7 @@ def _use_dataset(data: Any, prep: PrepConfig, out: dict[str, Any]) -> None:
         data.dataPath = out.get("datasets") or [f"{prep.outputPrefix}_{key}_document" for key in prep.jsonKeys]
         return
     data.dataPath = [out.get("outputPrefix") or prep.outputPrefix]
-    if prep.is_pairwise:  # the six chosen/rejected files, for the dpo and simpo stages
+    if prep.is_pairwise:  # the six chosen/rejected files, for the dpo, simpo and orm stages
         data.isPairwiseDataset = True
         return
     data.isInstructionDataset = True

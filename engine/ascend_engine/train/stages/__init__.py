@@ -12,6 +12,10 @@ from .base import Stage
 
 
 def make_stage(cfg: TrainConfig) -> Stage:
+    if cfg.stage == "orm":
+        from .reward import RewardModelStage
+
+        return RewardModelStage(cfg)
     if cfg.stage in PAIRWISE_STAGES:
         from .preference import PreferenceStage
 

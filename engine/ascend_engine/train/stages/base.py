@@ -42,13 +42,8 @@ class Stage:
         raise NotImplementedError
 
 
-def per_token_loss(trainer, model, batch: Batch, real_vocab_only: bool = False) -> torch.Tensor:
-    """The model's per-token cross-entropy [b, s] of ``batch["labels"]`` (vocab-parallel under TP; on the last
-    pipeline stage, a hidden-state tensor elsewhere).
-
-    ``real_vocab_only`` leaves the padding rows of the vocabulary (``paddedVocabSize`` beyond ``vocabSize``) out
-    of the softmax, so the probabilities are the HuggingFace model's: Megatron's own loss normalises over the
-    padded vocabulary, which converted checkpoints fill with copies of a real row."""
+def model_inputs(trainer, model, batch: Batch) -> tuple:
+    """(tokens, positions, attention mask) of ``batch`` on the device, as the model's forward takes them."""
     from ...models.gpt import rope_positions
     from ..loop import unwrap
 
@@ -58,8 +53,19 @@ def per_token_loss(trainer, model, batch: Batch, real_vocab_only: bool = False) 
     if position_ids is None:
         position_ids = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
     attention_mask = batch.get("attention_mask")
-    args = (tokens, rope_positions(unwrap(model), position_ids.to(device)),
+    return (tokens, rope_positions(unwrap(model), position_ids.to(device)),
             attention_mask.to(device) if attention_mask is not None else None)
+
+
+def per_token_loss(trainer, model, batch: Batch, real_vocab_only: bool = False) -> torch.Tensor:
+    """The model's per-token cross-entropy [b, s] of ``batch["labels"]`` (vocab-parallel under TP; on the last
+    pipeline stage, a hidden-state tensor elsewhere).
+
+    ``real_vocab_only`` leaves the padding rows of the vocabulary (``paddedVocabSize`` beyond ``vocabSize``) out
+    of the softmax, so the probabilities are the HuggingFace model's: Megatron's own loss normalises over the
+    padded vocabulary, which converted checkpoints fill with copies of a real row."""
+    device = trainer.backend.torch_device
+    args = model_inputs(trainer, model, batch)
     labels = batch["labels"].to(device)
     if not real_vocab_only:
         return model(*args, labels=labels)
