@@ -62,7 +62,8 @@ def random_qwen3(tmp_path_factory):
         {"ctx": "Megatron indexed datasets", "endings": ["hold tokens back to back.", "jumps.", "exercise",
                                                          "user tool"], "label": 0, "activity_label": "Data"}])
     write_jsonl(root / "gsm8k.jsonl", [{"question": "The quick brown fox has 3 dogs and 4 more. How many?",
-                                        "answer": "3 + 4 = 7\n#### 7"}])
+                                        "answer": "3 + 4 = 7\n#### 7"},
+                                       {"question": "Tokens?", "answer": "#### 2"}])
     write_jsonl(root / "humaneval.jsonl", [{"task_id": "t/0", "prompt": "def add(a, b):\n", "entry_point": "add",
                                             "test": "def check(f):\n    assert f(2, 3) == 5\n"}])
     assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
@@ -112,10 +113,12 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
 
 
 @pytest.mark.engine
-def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3):
-    """GSM8K and HumanEval prompts: our greedy completion (no KV cache, forward-only schedule) is transformers'
-    greedy ``generate`` on the same model, cut at the task's stop sequences; HumanEval's verdict comes from the
-    sandbox."""
+@pytest.mark.parametrize("dp", [1, 2], ids=["dp1", "dp2"])
+def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, dp):
+    """GSM8K and HumanEval prompts: our greedy completion (KV-cached batch of prompts of different lengths) is
+    transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop sequences;
+    HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k question
+    each, the one humaneval question on the first) and the gathered predictions are the same."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,14 +126,15 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3):
     from ascend_engine.evaluate.tasks import load_task
 
     root, tok, _ = random_qwen3
-    out = root / "gen_results.json"
+    out = root / f"gen_results_dp{dp}.json"
     assert_ok(evaluate("--task", "gsm8k", "humaneval", "--task-data-path", str(root / "gsm8k.jsonl"),
                        str(root / "humaneval.jsonl"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
-                       str(tok), "--max-new-tokens", "6", "--results-path", str(out)))
+                       str(tok), "--max-new-tokens", "6", "--results-path", str(out), nproc=dp))
     got = _predictions(out)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(tok)
     questions = load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
+    assert len(got) == len(questions) == 3
     for q, p in zip(questions, got):
         ids = tokenizer(q.prompt, return_tensors="pt").input_ids
         with torch.no_grad():
@@ -138,21 +142,23 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3):
                               pad_token_id=tokenizer.eos_token_id)[0, ids.shape[1]:]
         text = tokenizer.decode(new[new != tokenizer.eos_token_id], skip_special_tokens=True)
         assert p["completion"] == cut_at_stop(text, q.stop), (p, text)
-    assert got[1]["correct"] is False and got[1]["prediction"].startswith("failed")  # random code fails its test
+    assert got[2]["correct"] is False and got[2]["prediction"].startswith("failed")  # random code fails its test
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("layout", [("1", "1", 1), ("2", "1", 2), ("1", "2", 2)], ids=["tp1pp1", "tp2", "pp2"])
+@pytest.mark.parametrize("layout", [("1", "1", 1), ("2", "1", 2), ("1", "2", 2), ("1", "1", 2)],
+                         ids=["tp1pp1", "tp2", "pp2", "dp2"])
 def test_layouts_give_identical_predictions(random_qwen3, layout):
-    """The TP1PP1 Megatron checkpoint evaluated at TP1PP1, TP2 and PP2 (resharded on the fly) predicts the
-    same option for every question, with the same likelihoods (fp32 reductions in another order: 1e-4)."""
+    """The TP1PP1 Megatron checkpoint evaluated at TP1PP1, TP2 and PP2 (resharded on the fly) and at DP2 (two
+    replicas, each scoring half the questions) predicts the same option for every question, with the same
+    likelihoods (fp32 reductions in another order: 1e-4)."""
     root, tok, mmlu = random_qwen3
     tp, pp, nproc = layout
     reference = root / "tp1pp1_reference.json"
     if not reference.exists():
         assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
                            "--tokenizer-name-or-path", str(tok), "--results-path", str(reference)))
-    out = root / f"tp{tp}pp{pp}.json"
+    out = root / f"tp{tp}pp{pp}_world{nproc}.json"
     assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
                        "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
                        "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc))

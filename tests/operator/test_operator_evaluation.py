@@ -1,5 +1,6 @@
 """An AscendTrainJob with an `evaluation:` block: the pods run train then evaluate, the results reach
-status.evaluation (and the Eval column), and a failed evaluation fails the job with its cause."""
+status.evaluation (and the Eval column), and a failed evaluation fails the job with its cause. Without `train`
+the pods only evaluate an existing checkpoint; the API server refuses a job with neither."""
 from __future__ import annotations
 
 import json
@@ -68,6 +69,37 @@ def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client):
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "EvaluationFailed" and cause in failed["message"]
     assert status.get("restarts", 0) == 0  # not retried: the data would not get better
+
+
+def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, api_client):
+    body = job("evonly", evaluation={**EVALUATION, "load": "/models/qwen3"})
+    del body["spec"]["train"]
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", body)
+    pods = wait_for(lambda: len(pods_of(api_client, "evonly")) == 2 and pods_of(api_client, "evonly"),
+                    what="2 pods")
+    config = client.CoreV1Api(api_client).read_namespaced_config_map("evonly-config", "default").data
+    assert set(config) == {"evaluation.yaml"} and yaml.safe_load(config["evaluation.yaml"])["load"] == "/models/qwen3"
+    command = pods[0].spec.containers[0].command
+    assert command[0] == "torchrun"
+    assert command[-4:] == ["ascend_engine", "evaluate", "--config", "/etc/ascendtrain/evaluation.yaml"]
+    assert "train" not in command and "sh" not in pods[1].spec.containers[0].command
+    summary = {"summary": "mmlu=0.5000", "checkpoint": "/models/qwen3", "finishedAt": "2026-11-23T16:00:00Z",
+               "tasks": [{"task": "mmlu", "accuracy": 0.5, "samples": 8, "seconds": 2.0}]}
+    finish(api_client, "evonly-0", 0, {"evaluation": summary})
+    finish(api_client, "evonly-1", 0, {})
+    status = wait_for(lambda: (s := get_job(api_client, "evonly").get("status", {})).get("phase") == "Succeeded"
+                      and s, what="Succeeded")
+    assert status["evaluation"] == summary
+
+
+def test_the_api_server_refuses_a_job_with_neither_train_nor_evaluation(operator, api_client):
+    body = job("nothing")
+    del body["spec"]["train"]
+    with pytest.raises(client.ApiException) as err:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", body)
+    assert err.value.status == 422 and "set train, evaluation or both" in err.value.body
 
 
 def test_the_eval_printer_column():

@@ -60,7 +60,7 @@ def test_pipeline_wiring_follows_the_seeds_pitfalls(name):
     conversions = {c["saveDir"]: c for c in converts.values()}
     preps = {p["metadata"]["name"]: PrepConfig.model_validate(p["spec"]["prep"]) for p in _by_kind(docs, "DatasetPrep")}
     for job in _by_kind(docs, "AscendTrainJob"):
-        train = job["spec"]["train"]
+        train = job["spec"].get("train", {})  # evaluation-only jobs have none
         # A job loads a conversion by path, or by reference (the operator then wires its saveDir).
         ref = job["spec"].get("checkpointConvertRef")
         loaded = converts[ref] if ref else conversions.get(train.get("checkpoint", {}).get("load"))
@@ -79,7 +79,7 @@ def test_pipeline_wiring_follows_the_seeds_pitfalls(name):
             mine = [p for p in train.get("data", {}).get("dataPath", []) if p.startswith(prep.outputPrefix)]
             assert mine and set(mine) <= set(expected), (mine, expected)
     jobs = {j["metadata"]["name"]: j for j in _by_kind(docs, "AscendTrainJob")}
-    saved = {j["spec"]["train"].get("checkpoint", {}).get("save") for j in jobs.values()}
+    saved = {j["spec"].get("train", {}).get("checkpoint", {}).get("save") for j in jobs.values()}
     for convert in _by_kind(docs, "CheckpointConvert"):
         spec = convert["spec"]
         if spec["convert"]["saveModelType"] == "hf" and (spec.get("trainJobRef") in jobs

@@ -36,7 +36,8 @@ class EvaluateConfig(EngineModel):
     maxNewTokens: Annotated[int, Field(ge=1), Flag("--max-new-tokens")] = 256
     """Generation budget for generative tasks (bbh, gsm8k, humaneval)."""
     evaluationBatchSize: Annotated[int, Field(ge=1), Flag("--evaluation-batch-size")] = 8
-    """Sequences per forward pass when scoring choices."""
+    """Sequences per forward pass when scoring choices; questions generated together (KV-cached batch) for
+    generative tasks."""
     maxEvalSamples: Annotated[int | None, Field(ge=1), Flag("--max-eval-samples")] = None
     """Evaluate at most this many questions per task (a quick look); unset: all."""
     tensorModelParallelSize: Annotated[int | None, Field(ge=1), Flag("--tensor-model-parallel-size")] = None

@@ -1,8 +1,9 @@
 """Forward passes for evaluation on any TP/PP layout: batched log-likelihoods and greedy continuation.
 
-Every method is collective over the torchrun world. Logits exist on the last pipeline stage, split over the
-vocabulary by TP; they are gathered there, reduced to the few numbers asked for, and those numbers are shared
-with every rank (a sum over ranks where only the last stage's first TP rank contributes).
+Every method is collective over the model-parallel (TP x PP) group, so data-parallel replicas may answer
+different questions. Logits exist on the last pipeline stage, split over the vocabulary by TP; they are gathered
+there, reduced to the few numbers asked for, and those numbers are shared with every rank of the group (a sum
+where only the last stage's first TP rank contributes).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class InferenceModel:
 
     @property
     def _reporter(self) -> bool:
-        return self.info.is_last_stage and self.info.tp_rank == 0 and self.info.dp_rank == 0
+        return self.info.is_last_stage and self.info.tp_rank == 0
 
     def _logprobs(self, rows: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor] | None:
         """Per row, log-softmax over the real vocabulary at the given positions ([len(positions[i]), vocab], fp32),
@@ -60,12 +61,14 @@ class InferenceModel:
             return list(normalised.split([len(p) for p in positions]))
 
     def _share(self, values: torch.Tensor) -> torch.Tensor:
-        """The reporter's ``values`` on every rank."""
+        """The reporter's ``values`` on every rank of its model-parallel group."""
         if not self._reporter:
             values = torch.zeros_like(values)
-        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        if self.info.tp * self.info.pp > 1:
+            from megatron.core import parallel_state
+
             values = values.to(self.device)
-            torch.distributed.all_reduce(values)
+            torch.distributed.all_reduce(values, group=parallel_state.get_model_parallel_group())
         return values.cpu()
 
     def continuation_logprobs(self, rows: list[list[int]], starts: list[int]) -> list[float]:
@@ -93,25 +96,19 @@ class InferenceModel:
         shared = self._share(result)
         return [shared[i, : len(c)].tolist() for i, c in enumerate(candidates)]
 
-    def greedy(self, prompt: list[int], max_new: int, stop_ids: set[int], done=None) -> list[int]:
-        """Greedy continuation of ``prompt`` (new tokens only); stops at a ``stop_ids`` token, at ``max_new``, or
-        when ``done(new_tokens)`` says so (the same answer on every rank). Past the model's positions it sees the
-        last ``max_len`` tokens."""
-        tokens = list(prompt)
-        new: list[int] = []
-        if len(tokens) > self.max_len:
-            self.truncated += 1
-        while len(new) < max_new:
-            chosen = torch.zeros(1, dtype=torch.float64)
-            window = tokens[-self.max_len:]
-            logprobs = self._logprobs([window], [[len(window) - 1]])
-            if logprobs is not None:
-                chosen[0] = float(logprobs[0][0].argmax())
-            token = int(self._share(chosen)[0])
-            if token in stop_ids:
-                break
-            tokens.append(token)
-            new.append(token)
-            if done is not None and done(new):
-                break
-        return new
+    def generate(self, prompts: list[list[int]], max_new: int, eos_id: int | None, finished=None) -> list[list[int]]:
+        """Greedy continuations of ``prompts`` in one batch (new tokens only, without the end-of-sequence token),
+        with Megatron's KV cache, so the cost grows linearly in new tokens. A row stops at ``eos_id``, at
+        ``max_new`` or when ``finished(row, new_tokens)`` says so. A prompt that leaves less than ``max_new``
+        positions loses its beginning (as lm-evaluation-harness does); the same tokens result on every rank."""
+        from ..generate.batched import generate_batch
+
+        room = min(max_new, self.max_len - 1)
+        fitted = []
+        for prompt in prompts:
+            cut = max(0, len(prompt) - (self.max_len - room))
+            self.truncated += bool(cut)
+            fitted.append(prompt[cut:])
+        out = generate_batch(self.gpt, fitted, max_new_tokens=room, eos_id=eos_id, vocab_size=self.vocab_size,
+                             max_length=self.max_len, finished=finished)
+        return [r[:-1] if r and r[-1] == eos_id else r for r in out.responses()]

@@ -1,5 +1,6 @@
 """One evaluation run: resolve the checkpoint (converting an HF directory or resharding a Megatron one into a
-temporary folder on rank 0), load this rank's stage, run every task, report on global rank 0."""
+temporary folder on rank 0), load this rank's stage, run every task (each data-parallel replica on its share of
+the questions), report on global rank 0."""
 from __future__ import annotations
 
 import shutil
@@ -83,6 +84,7 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     from .report import format_table, status_summary, task_result, write_json, report_to_termination_message
     from .sandbox import humaneval_program, run_program
     from .scoring import Prompter, choice_outcomes, generate_answers, open_outcomes, score_choices
+    from .sharding import gather, share
     from .tasks import load_task
 
     # Read every task before anything heavy, so bad data fails in a second.
@@ -108,14 +110,18 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         rank0 = info.rank == 0
         results = []
         for task, questions in tasks:
-            progress = Progress(f"evaluate {task}", total=len(questions), unit="questions", interval_s=10.0,
+            mine = share(questions, info.dp_rank, info.dp)
+            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=10.0,
                                 enabled=rank0)
             start, model.truncated = time.perf_counter(), 0
             if isinstance(questions[0], ChoiceQuestion):
-                outcomes = choice_outcomes(questions, score_choices(model, prompter, questions,
-                                                                    cfg.evaluationBatchSize, progress))
+                scored = score_choices(model, prompter, mine, cfg.evaluationBatchSize, progress)
+                scored, truncated = gather(scored, info.dp), sum(gather([model.truncated], info.dp))
+                outcomes = choice_outcomes(questions, scored)
             else:
-                completions = generate_answers(model, prompter, questions, cfg.maxNewTokens, progress)
+                completions = generate_answers(model, prompter, mine, cfg.maxNewTokens, cfg.evaluationBatchSize,
+                                               progress)
+                completions, truncated = gather(completions, info.dp), sum(gather([model.truncated], info.dp))
                 if not rank0:
                     continue  # generated code runs once, on rank 0
 
@@ -125,9 +131,9 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
 
                 outcomes = open_outcomes(task, questions, completions, run_code)
             result = task_result(task, outcomes, time.perf_counter() - start)
-            if model.truncated:
-                result["truncatedPrompts"] = model.truncated
-                print(f"[evaluate] {task}: {model.truncated} prompts were longer than the model's {max_len} "
+            if truncated:
+                result["truncatedPrompts"] = truncated
+                print(f"[evaluate] {task}: {truncated} prompts were longer than the model's {max_len} "
                       "positions and lost their beginning", file=sys.stderr, flush=True)
             progress.summary(f"{task}: accuracy {result['accuracy']:.4f} on {result['samples']} questions, "
                              f"{result['questionsPerSecond']} questions/s")

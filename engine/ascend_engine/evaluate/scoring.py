@@ -83,20 +83,21 @@ def choice_outcomes(questions: list[ChoiceQuestion], scored) -> list[Outcome]:
             for q, (p, scores) in zip(questions, scored)]
 
 
-def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, progress) -> list[str]:
-    """Greedy completions, cut at each question's stop sequences."""
+def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, batch_size: int,
+                     progress) -> list[str]:
+    """Greedy completions, ``batch_size`` questions at a time, cut at each question's stop sequences (a row
+    stops generating once its text holds one)."""
     tok = prompter.tokenizer
-    stop_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     out = []
-    for q in questions:
-        ids = tok(prompter.render(q.prompt))["input_ids"]
+    for chunk in _batches(questions, batch_size):
+        prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in chunk]
 
-        def done(new, stop=q.stop):
-            return any(s in tok.decode(new) for s in stop)
+        def finished(row, new, chunk=chunk):
+            return any(s in tok.decode(new) for s in chunk[row].stop)
 
-        new = model.greedy(ids, max_new, stop_ids, done)
-        out.append(cut_at_stop(tok.decode(new, skip_special_tokens=True), q.stop))
-        progress.update(1)
+        for q, new in zip(chunk, model.generate(prompts, max_new, tok.eos_token_id, finished)):
+            out.append(cut_at_stop(tok.decode(new, skip_special_tokens=True), q.stop))
+        progress.update(len(chunk))
     return out
 
 

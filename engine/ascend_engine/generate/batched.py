@@ -127,11 +127,12 @@ def _share_from_last_stage(device: torch.device, *tensors: torch.Tensor) -> None
 @torch.no_grad()
 def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int,
                    max_length: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
-                   use_cache: bool = True, pad_id: int = 0) -> Generated:
+                   use_cache: bool = True, pad_id: int = 0, finished=None) -> Generated:
     """Continue every prompt by up to ``max_new_tokens`` (stopping at ``eos_id``), never past ``max_length``.
 
     Collective over the model-parallel group of ``gpt`` (one pipeline stage, in eval mode). ``vocab_size``
-    drops Megatron's padded vocabulary entries before picking.
+    drops Megatron's padded vocabulary entries before picking. ``finished(row, response_tokens)``, if given,
+    ends a row early (evaluation's stop strings); it sees the shared tokens, so every rank decides alike.
     """
     from megatron.core.inference.contexts import StaticInferenceContext
 
@@ -188,6 +189,9 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         stop = t >= last_allowed
         if eos_id is not None:
             stop |= picked == eos_id
+        if finished is not None:
+            stop |= torch.tensor([bool(g) and finished(i, tokens[i, prompt_len[i]:t + 1].tolist())
+                                  for i, g in enumerate(generating.tolist())])
         done |= generating & stop
         end = t + 1
         if bool(done.all()):

@@ -1,4 +1,5 @@
-"""AscendTrainJob: N indexed pods x M devices running ``torchrun -m ascend_engine train``."""
+"""AscendTrainJob: N indexed pods x M devices running ``torchrun -m ascend_engine train`` (then ``evaluate``
+with an evaluation block, or only ``evaluate`` on an existing checkpoint without train)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -16,7 +17,7 @@ from .run_policy import RunPolicy
 WORLD_SIZE_RULE = {
     # The same check as TrainConfig.check_world_size, for the API server (CEL) so `kubectl apply` fails early.
     # Expert layers use TP x PP x EP ranks (EP is 1 for dense models), which implies TP x PP.
-    "rule": "(self.nnodes * self.nprocPerNode) % (self.train.parallel.tensorModelParallelSize"
+    "rule": "!has(self.train) || (self.nnodes * self.nprocPerNode) % (self.train.parallel.tensorModelParallelSize"
             " * self.train.parallel.pipelineModelParallelSize * self.train.parallel.expertModelParallelSize) == 0",
     "message": "nnodes x nprocPerNode must be divisible by train.parallel.tensorModelParallelSize x "
                "train.parallel.pipelineModelParallelSize x train.parallel.expertModelParallelSize",
@@ -25,18 +26,19 @@ WORLD_SIZE_RULE = {
 }
 EXPERT_RULES = [
     # TrainConfig's MoE check, for the API server: routed experts split evenly over EP ranks.
-    {"rule": "!has(self.train.model.numExperts) ? self.train.parallel.expertModelParallelSize == 1"
-             " : self.train.model.numExperts % self.train.parallel.expertModelParallelSize == 0",
+    {"rule": "!has(self.train) || (!has(self.train.model.numExperts) ? self.train.parallel.expertModelParallelSize"
+             " == 1 : self.train.model.numExperts % self.train.parallel.expertModelParallelSize == 0)",
      "message": "train.parallel.expertModelParallelSize must divide train.model.numExperts (and be 1 without it)",
      "fieldPath": ".train.parallel.expertModelParallelSize", "reason": "FieldValueInvalid"},
 ]
 # Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
 PIPELINE_RULES = [
-    {"rule": "!has(self.datasetPrepRef) || !has(self.train.data) || !has(self.train.data.dataPath)"
-             " || size(self.train.data.dataPath) == 0",
+    {"rule": "!has(self.datasetPrepRef) || !has(self.train) || !has(self.train.data)"
+             " || !has(self.train.data.dataPath) || size(self.train.data.dataPath) == 0",
      "message": "datasetPrepRef and train.data.dataPath exclude each other: the DatasetPrep's outputs become dataPath",
      "fieldPath": ".datasetPrepRef", "reason": "FieldValueForbidden"},
-    {"rule": "!has(self.checkpointConvertRef) || !has(self.train.checkpoint) || !has(self.train.checkpoint.load)",
+    {"rule": "!has(self.checkpointConvertRef) || !has(self.train) || !has(self.train.checkpoint)"
+             " || !has(self.train.checkpoint.load)",
      "message": "checkpointConvertRef and train.checkpoint.load exclude each other: the converted checkpoint "
                 "becomes checkpoint.load",
      "fieldPath": ".checkpointConvertRef", "reason": "FieldValueForbidden"},
@@ -44,13 +46,27 @@ PIPELINE_RULES = [
      "message": "volcanoQueue needs gangScheduling: volcano",
      "fieldPath": ".volcanoQueue", "reason": "FieldValueForbidden"},
 ]
+# An evaluation-only job (no train) evaluates an existing checkpoint; there is nothing to prepare or convert.
+EVALUATION_ONLY_RULES = [
+    {"rule": "has(self.train) || has(self.evaluation)",
+     "message": "set train, evaluation or both: a job with neither has nothing to run",
+     "fieldPath": ".train", "reason": "FieldValueRequired"},
+    {"rule": "has(self.train) || !has(self.evaluation) || has(self.evaluation.load)",
+     "message": "evaluation.load is required without train: there is no checkpoint.save to evaluate",
+     "fieldPath": ".evaluation.load", "reason": "FieldValueRequired"},
+    {"rule": "has(self.train) || (!has(self.datasetPrepRef) && !has(self.checkpointConvertRef))",
+     "message": "datasetPrepRef and checkpointConvertRef feed training: they need train (evaluation.load reads "
+                "a HuggingFace or Megatron checkpoint directly)",
+     "fieldPath": ".train", "reason": "FieldValueRequired"},
+]
 
 
 class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
     model_config = PodSettings.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES]}}
+        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
+                                                              *EVALUATION_ONLY_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -84,14 +100,15 @@ class AscendTrainJobSpec(PodSettings):
     """Name of a CheckpointConvert (hf -> mg) in the same namespace: the job stays Pending until it has
     succeeded, then fine-tunes from its output (train.checkpoint.load, finetune); after a gang restart it
     resumes from its own checkpoint.save instead."""
-    train: TrainConfig
+    train: TrainConfig | None = None
     """The engine's training configuration (Megatron / MindSpeed-LLM names). When checkpoint.save is set and
     checkpoint.load is not, the operator renders load = save, so a restarted or resumed job continues from
-    its latest checkpoint by itself."""
+    its latest checkpoint by itself. Leave it out (with `evaluation` and its load) to only evaluate."""
     evaluation: EvaluateConfig | None = None
     """Benchmarks to run after training, on the same pods and layout (`ascend-engine evaluate`, MindSpeed-LLM's
-    evaluation flags); load defaults to train.checkpoint.save. Results land in status.evaluation; a failed
-    evaluation fails the job with its cause in the condition message."""
+    evaluation flags); load defaults to train.checkpoint.save. Without train the pods only evaluate
+    evaluation.load. Results land in status.evaluation; a failed evaluation fails the job with its cause in the
+    condition message."""
 
     @property
     def world_size(self) -> int:
@@ -99,12 +116,20 @@ class AscendTrainJobSpec(PodSettings):
 
     @model_validator(mode="after")
     def _world_size(self) -> "AscendTrainJobSpec":
-        try:
-            self.train.check_world_size(self.world_size)
-        except ValueError as e:
-            raise ValueError(f"nnodes x nprocPerNode ({self.nnodes} x {self.nprocPerNode}): {e}") from None
-        broken = (bool(self.datasetPrepRef and self.train.data.dataPath),
-                  bool(self.checkpointConvertRef and self.train.checkpoint.load),
+        if self.train is None:
+            only = EVALUATION_ONLY_RULES
+            broken = (self.evaluation is None, self.evaluation is not None and not self.evaluation.load,
+                      bool(self.datasetPrepRef or self.checkpointConvertRef))
+            for rule, bad in zip(only, broken):
+                if bad:
+                    raise ValueError(rule["message"])
+        else:
+            try:
+                self.train.check_world_size(self.world_size)
+            except ValueError as e:
+                raise ValueError(f"nnodes x nprocPerNode ({self.nnodes} x {self.nprocPerNode}): {e}") from None
+        broken = (bool(self.datasetPrepRef and self.train and self.train.data.dataPath),
+                  bool(self.checkpointConvertRef and self.train and self.train.checkpoint.load),
                   bool(self.volcanoQueue and self.gangScheduling != "volcano"))
         for rule, bad in zip(PIPELINE_RULES, broken):
             if bad:

@@ -44,7 +44,8 @@ def prepare(obj: dict[str, Any], spec: AscendTrainJobSpec, status: dict[str, Any
         assigned = host_ports.ports(block, HOST_PORT_FIRST, HOST_PORT_BLOCK)
     spec = spec.model_copy(deep=True)
     spec.masterPort = assigned["masterPort"]
-    spec.train.observability.metricsPort = assigned["metricsPort"]
+    if spec.train:  # evaluate serves no metrics
+        spec.train.observability.metricsPort = assigned["metricsPort"]
     if spec.hccl.ifBasePort is None:
         spec.hccl.ifBasePort = assigned["hcclIfBasePort"]
     return spec, {"hostPorts": assigned}

@@ -12,7 +12,7 @@ register(JobKind(
     spec_model=AscendTrainJobSpec,
     replicas=lambda spec: spec.nnodes,
     render=render.objects,
-    metrics_port=lambda spec: spec.train.observability.metricsPort,
+    metrics_port=lambda spec: spec.train.observability.metricsPort if spec.train else None,
     progress_fields={field: field for field in METRIC_NAMES.values()},
     result_field="progress",
     prepare=host_network.prepare,

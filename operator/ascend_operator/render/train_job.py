@@ -33,12 +33,15 @@ def service(name: str) -> dict[str, Any]:
 
 
 def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
-    """The TrainConfig; checkpoint.load defaults to checkpoint.save so that restarted pods resume by themselves."""
-    config = spec.train.to_yaml_dict()
+    """The TrainConfig; checkpoint.load defaults to checkpoint.save so that restarted pods resume by themselves.
+    An evaluation-only job's ConfigMap holds the EvaluateConfig alone."""
+    config = spec.train.to_yaml_dict() if spec.train else {}
     checkpoint = config.setdefault("checkpoint", {})
     if checkpoint.get("save") and not checkpoint.get("load"):
         checkpoint["load"] = checkpoint["save"]
     out = config_map(KIND, name, config)
+    if not spec.train:
+        out["data"].clear()
     if spec.evaluation:
         out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = yaml.safe_dump(evaluation_config(spec), sort_keys=False)
     return out
@@ -49,10 +52,11 @@ EVALUATION_PORT_OFFSET = 2
 
 
 def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
-    """The EvaluateConfig; load defaults to the checkpoint the job saves."""
+    """The EvaluateConfig; load and device default to the training's."""
     config = spec.evaluation.to_yaml_dict()
-    config.setdefault("load", spec.train.checkpoint.save)
-    config.setdefault("device", spec.train.device)
+    if spec.train:
+        config.setdefault("load", spec.train.checkpoint.save)
+        config.setdefault("device", spec.train.device)
     return config
 
 
@@ -91,9 +95,12 @@ TORCHRUN = [
 def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
     then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled. With an
-    evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded."""
+    evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded; without train
+    ``evaluate`` is the only one."""
     run = list(TORCHRUN)
-    if spec.evaluation:
+    if not spec.train:
+        run = [*TORCHRUN[:TORCHRUN.index("-m")], "-m", "ascend_engine", "evaluate", "--config", EVALUATION_FILE]
+    elif spec.evaluation:
         # A second rendezvous on MASTER_PORT could reach pod 0's training store while it is still closing; the
         # evaluation meets on MASTER_PORT + 2 (inside a hostNetwork job's port block, below HCCL's ports).
         port = f"--master-port=$((MASTER_PORT + {EVALUATION_PORT_OFFSET}))"
