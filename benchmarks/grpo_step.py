@@ -109,9 +109,9 @@ def main() -> None:
         training = {"seqLength": seq, "trainIters": args.warmup + args.steps}
         sft = {**base, "data": {"dataPath": [str(root / "sft")], "isInstructionDataset": True},
                "training": {**training, "microBatchSize": rows, "globalBatchSize": rows}}
-        grpo = {**base, "stage": "grpo", "data": {"dataPath": [str(root / "r1")]},
+        grpo = {**base, "stage": "grpo", "data": {"dataPath": [str(root / "r1")], "tokenizerNameOrPath": str(root / "tok")},
                 "training": {**training, "microBatchSize": args.prompts, "globalBatchSize": args.prompts},
-                "grpo": {"tokenizerNameOrPath": str(root / "tok"), "nSamplesPerPrompt": args.samples,
+                "grpo": {"nSamplesPerPrompt": args.samples,
                          "maxNewTokens": args.new_tokens, "klCoef": args.kl_coef, "verifierFunction": ["math"]}}
         results: dict[str, list[dict[str, float]]] = {"sft": [], "grpo": []}
         for block in range(args.blocks):

@@ -72,11 +72,11 @@ def prompts(tmp_path_factory) -> tuple[Path, Path]:
 
 def grpo_config(prompts, **grpo) -> dict:
     prefix, tok = prompts
-    return {**TINY, "model": MODEL, "stage": "grpo", "data": {"dataPath": [str(prefix)]},
+    return {**TINY, "model": MODEL, "stage": "grpo", "data": {"dataPath": [str(prefix)], "tokenizerNameOrPath": str(tok)},
             "training": {**TINY["training"], "microBatchSize": 1, "globalBatchSize": 2, "seqLength": 32,
                          "trainIters": 4},
             "optimizer": {"lr": 1e-2, "lrDecayStyle": "constant"},
-            "grpo": {"tokenizerNameOrPath": str(tok), "nSamplesPerPrompt": 4, "maxNewTokens": 8,
+            "grpo": {"nSamplesPerPrompt": 4, "maxNewTokens": 8,
                      "verifierFunction": ["grpo_toy_reward:letter_share"], **grpo}}
 
 

@@ -12,7 +12,7 @@ from ascend_engine.train import command
 from ascend_operator.api.train_job import AscendTrainJobSpec, TrainProgress
 from ascend_operator.handlers.dependencies import refs, resolve
 
-GRPO = {"stage": "grpo", "grpo": {"tokenizerNameOrPath": "/tok", "maxNewTokens": 16}}
+GRPO = {"stage": "grpo", "data": {"tokenizerNameOrPath": "/tok"}, "grpo": {"maxNewTokens": 16}}
 
 
 def test_flags_fill_the_grpo_section(tmp_path, monkeypatch):
@@ -33,11 +33,11 @@ def test_flags_fill_the_grpo_section(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"grpo": {"maxNewTokens": 16}}, "tokenizerNameOrPath .* is required"),
-    ({"grpo": {"tokenizerNameOrPath": "/tok", "maxNewTokens": 64}}, r"maxNewTokens \(64\) .*seqLength"),
+    ({"data": {}}, "tokenizerNameOrPath .* is required"),
+    ({"grpo": {"maxNewTokens": 64}}, r"maxNewTokens \(64\) .*seqLength"),
     ({"grpo": {**GRPO["grpo"], "verifierFunction": ["accuracy"]}}, "neither a built-in"),
     ({"grpo": {**GRPO["grpo"], "verifierWeight": [1.0, 2.0]}}, "2 weights for 1"),
-    ({"data": {"mockData": True}}, "not mockData"),
+    ({"data": {"mockData": True, "tokenizerNameOrPath": "/tok"}}, "not mockData"),
 ])
 def test_a_grpo_run_that_cannot_work_is_refused(change, message):
     with pytest.raises(ValueError, match=message):

@@ -109,6 +109,7 @@ def test_outputs_become_data_path_and_checkpoint_load():
     fresh = resolve(spec, found, {})
     # Instruction data is one dataset named by its bare prefix (MindSpeed-LLM's --data-path), not three.
     assert fresh.train.data.dataPath == ["/d/a"] and fresh.train.data.isInstructionDataset
+    assert fresh.train.data.tokenizerNameOrPath == "/tok"  # the prep's tokenizer is the run's
     assert not fresh.train.data.neatPack
     neat = resolve(spec, {**found, prep: _obj("Succeeded", {"prep": {**alpaca, "neatPack": True}}, {})}, {})
     assert neat.train.data.dataPath == ["/d/a"] and neat.train.data.neatPack

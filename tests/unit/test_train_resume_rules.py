@@ -122,3 +122,13 @@ def test_token_ids_outside_the_vocabulary_are_refused_on_the_host_naming_the_sam
     with pytest.raises(DataError, match=r"data.dataPath: sample 13 of the run holds token id 130, outside the "
                                         r"model's vocabulary \(128\)"):
         list(micro_batches(sample, collate, consumed=12, micro=2, dp=2, dp_rank=0, num_micro=1, vocab_size=128))
+
+
+def test_grpo_prompt_rows_of_any_length_are_checked_too():
+    def collate(rows):
+        return {"prompts": rows, "references": [[1]] * len(rows)}
+
+    prompts = {0: [1, 2], 1: [3], 2: [4, 5, 6], 3: [7, 300]}
+    assert len(list(micro_batches(prompts.get, collate, 0, 2, 1, 0, 1, 128))) == 1
+    with pytest.raises(DataError, match=r"sample 3 of the run holds token id 300"):
+        list(micro_batches(prompts.get, collate, 2, 2, 1, 0, 1, 128))

@@ -18,9 +18,6 @@ BUILTIN_VERIFIERS = ("math", "exact_match", "format")
 class GrpoConfig(EngineModel):
     """GRPO settings (used only when stage is grpo)."""
 
-    tokenizerNameOrPath: Annotated[str | None, Flag("--tokenizer-name-or-path")] = None
-    """Local HuggingFace tokenizer directory: decodes responses for the rewards; its EOS token ends a response.
-    Required for stage grpo."""
     nSamplesPerPrompt: Annotated[PositiveInt, Flag("--n-samples-per-prompt")] = 8
     """Responses sampled per prompt (the group whose rewards are normalised together)."""
     maxNewTokens: Annotated[PositiveInt, Flag("--max-new-tokens")] = 256
@@ -66,8 +63,8 @@ class GrpoConfig(EngineModel):
 def check_grpo_run(cfg) -> None:
     """What a ``stage: grpo`` TrainConfig needs beyond its own section."""
     g = cfg.grpo
-    if not g.tokenizerNameOrPath:
-        raise ValueError("grpo.tokenizerNameOrPath (--tokenizer-name-or-path) is required for stage grpo: "
+    if not cfg.data.tokenizerNameOrPath:
+        raise ValueError("data.tokenizerNameOrPath (--tokenizer-name-or-path) is required for stage grpo: "
                          "the rewards read decoded text")
     if cfg.data.mockData:
         raise ValueError("stage grpo reads R1 prompt data (data.dataPath), not mockData")

@@ -239,6 +239,9 @@ class DataConfig(EngineModel):
 
     dataPath: Annotated[list[str], Flag("--data-path")] = []
     """Dataset prefixes (not file names), optionally weighted: ["0.7", "a_text_document", "0.3", "b"]."""
+    tokenizerNameOrPath: Annotated[str | None, Flag("--tokenizer-name-or-path")] = None
+    """The run's HuggingFace tokenizer directory (MindSpeed's --tokenizer-name-or-path). Stage grpo needs it: it
+    decodes the rollouts for the rewards, and its EOS token ends a response."""
     split: Annotated[str, Flag("--split")] = "100,0,0"
     """Train/valid/test split of each dataset."""
     mockData: Annotated[bool, Flag("--mock-data")] = False

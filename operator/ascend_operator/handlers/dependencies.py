@@ -66,7 +66,8 @@ def _use_dataset(data: Any, prep: PrepConfig, out: dict[str, Any]) -> None:
     """Train on what the prep wrote, the way MindSpeed-LLM is told: pretraining reads each
     ``<prefix>_<key>_document``; instruction data is the bare prefix with --is-instruction-dataset (the
     packed input_ids / attention_mask / labels files are one dataset, not three); pairwise data likewise with
-    --is-pairwise-dataset."""
+    --is-pairwise-dataset. The prep's tokenizer becomes the run's unless the job names one."""
+    data.tokenizerNameOrPath = data.tokenizerNameOrPath or prep.tokenizerNameOrPath
     if prep.is_pretrain:
         data.dataPath = out.get("datasets") or [f"{prep.outputPrefix}_{key}_document" for key in prep.jsonKeys]
         return

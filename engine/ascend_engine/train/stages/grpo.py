@@ -38,10 +38,10 @@ class GrpoStage(Stage):
         from transformers import AutoTokenizer
 
         super().setup(trainer)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.grpo.tokenizerNameOrPath)
+        path = trainer.cfg.data.tokenizerNameOrPath
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.eos_token_id is None:
-            raise ValueError(f"grpo.tokenizerNameOrPath: {self.grpo.tokenizerNameOrPath} has no EOS token to end "
-                             "a response")
+            raise ValueError(f"data.tokenizerNameOrPath: {path} has no EOS token to end a response")
         if self.grpo.klCoef and not self.cfg.lora.enabled:
             self.reference = PreferenceStage._build_reference(self)
 
