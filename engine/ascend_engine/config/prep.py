@@ -21,12 +21,15 @@ HandlerName = Literal[
     "AlpacaStylePairwiseHandler",
     "SharegptStylePairwiseHandler",
     "R1AlpacaStyleInstructionHandler",
+    "AlpacaStyleProcessRewardHandler",
 ]
 
 PRETRAIN_HANDLERS = ("GeneralPretrainHandler",)
 PAIRWISE_HANDLERS = ("AlpacaStylePairwiseHandler", "SharegptStylePairwiseHandler")
 # Prompts for reinforcement learning: the rendered prompt (up to the assistant header) and the reference answer.
 PROMPT_HANDLERS = ("R1AlpacaStyleInstructionHandler",)
+# Process reward data: raw text with a placeholder token after each step, one reward token per placeholder.
+PROCESS_REWARD_HANDLERS = ("AlpacaStyleProcessRewardHandler",)
 
 # The built-in chat templates are data files shipped next to the preprocessing code.
 BUILTIN_TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prep" / "chat_templates"
@@ -51,14 +54,16 @@ class PrepConfig(EngineModel):
     handlerName: Annotated[HandlerName, Flag("--handler-name")] = "GeneralPretrainHandler"
     """How records become samples: pretraining text, Alpaca or ShareGPT/OpenAI instructions, pairwise
     (chosen/rejected) preference data, or R1-style RL prompts (R1AlpacaStyleInstructionHandler: input_ids is
-    the prompt rendered up to the assistant header, labels the tokens of the reference answer)."""
+    the prompt rendered up to the assistant header, labels the tokens of the reference answer), or process
+    reward data (AlpacaStyleProcessRewardHandler: the record's text as is, labels the reward token at each
+    placeholder and -100 elsewhere)."""
     jsonKeys: Annotated[list[str], Field(min_length=1), Flag("--json-keys")] = ["text"]
     """Pretraining: the record fields to tokenize, one output dataset per key."""
     mapKeys: Annotated[dict[str, Any] | None, Flag("--map-keys")] = None
     """Record field names, MindSpeed-LLM's JSON syntax, merged over the handler's defaults. Alpaca:
     {"prompt","query","response","system","history"} (pairwise: "chosen","rejected" instead of "response");
     ShareGPT/OpenAI: {"messages","system","tags":{"role_tag","content_tag","user_tag","assistant_tag",
-    "system_tag","observation_tag","function_tag"}}."""
+    "system_tag","observation_tag","function_tag"}}; process reward: {"input","value"}."""
     promptType: Annotated[str | None, Flag("--prompt-type")] = None
     """Chat template name for instruction data: a built-in (qwen, qwen_r1, chatml, qwen3, llama3, llama2, empty) or one
     defined in promptTypePath. Use 'empty' when the records already carry their template."""
@@ -89,6 +94,11 @@ class PrepConfig(EngineModel):
     onError: Annotated[Literal["fail", "skip"], Flag("--on-error")] = "fail"
     """Bad records (malformed JSON, missing mapped keys, empty response, over-long sample): stop the run with
     no output, or skip them and count them in the manifest."""
+    placeholderToken: Annotated[str, Flag("--placeholder-token")] = "ки"
+    """Process reward data: the token that ends each reasoning step; the model is trained at its positions.
+    It must be one token of the tokenizer."""
+    rewardTokens: Annotated[list[str], Flag("--reward-tokens")] = []
+    """Process reward data: the tokens a step's label may be (e.g. + and -), each one token of the tokenizer."""
     maxReportedErrors: Annotated[PositiveInt, Flag("--max-reported-errors")] = 20
     """How many bad records are listed by file and line; all of them are counted."""
 
@@ -121,8 +131,20 @@ class PrepConfig(EngineModel):
     def is_prompt_only(self) -> bool:
         return self.handlerName in PROMPT_HANDLERS
 
+    @property
+    def is_process_reward(self) -> bool:
+        return self.handlerName in PROCESS_REWARD_HANDLERS
+
     @model_validator(mode="after")
     def _consistent(self) -> "PrepConfig":
+        if self.is_process_reward:
+            if not self.rewardTokens:
+                raise ValueError(f"rewardTokens is required for {self.handlerName} (e.g. --reward-tokens + -)")
+            if self.packing:
+                raise ValueError(f"{self.handlerName} writes one sample per record; it cannot be packed")
+            if self.appendEod:
+                raise ValueError(f"appendEod applies to GeneralPretrainHandler, not {self.handlerName}")
+            return self
         if self.is_pretrain:
             if self.packing:
                 raise ValueError("pack/neatPack apply to instruction data, not GeneralPretrainHandler")

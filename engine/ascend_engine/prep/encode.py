@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config.loader import ConfigError
 from ..config.prep import PrepConfig
-from .handlers import Conversation, Preference, RecordError, make_handler
+from .handlers import Conversation, Preference, ProcessReward, RecordError, make_handler
 from .packing import IGNORE_INDEX, pack
 from .templates import Renderer, load_template
 
@@ -115,7 +115,11 @@ class ChunkProcessor:
         self.dtype = output_dtype(cfg, len(self.tokenizer))
         self.renderer = None
         self.cutoff = None
-        if not cfg.is_pretrain:
+        if cfg.is_process_reward:
+            self.placeholder_id = self._single_token(cfg.placeholderToken, "placeholderToken")
+            self.reward_ids = {t: self._single_token(t, "rewardTokens") for t in cfg.rewardTokens}
+            self.cutoff = cfg.seqLength
+        elif not cfg.is_pretrain:
             tok = self.tokenizer
             self.renderer = Renderer(load_template(cfg.promptType, cfg.promptTypePath), tok.bos_token,
                                      tok.eos_token, cfg.promptType)
@@ -131,6 +135,13 @@ class ChunkProcessor:
                 self.cutoff = cfg.seqLength - 1 if cfg.packing else cfg.seqLength
         elif cfg.appendEod and self.tokenizer.eos_token_id is None:
             raise ConfigError(f"appendEod: the tokenizer in {cfg.tokenizerNameOrPath} has no eos token")
+
+    def _single_token(self, text: str, field: str) -> int:
+        ids = encode_batch(self.tokenizer, [text], add_special_tokens=False)[0]
+        if len(ids) != 1:
+            raise ConfigError(f"{field}: {text!r} is {len(ids)} tokens of the tokenizer in "
+                              f"{self.cfg.tokenizerNameOrPath}, not one (add it to the tokenizer as a token)")
+        return ids[0]
 
     # ------------------------------------------------------------------ records -> samples
 
@@ -155,6 +166,8 @@ class ChunkProcessor:
                 result.errors.append((source, line, str(e)))
         if self.cfg.is_pretrain:
             self._pretrain(samples, result)
+        elif self.cfg.is_process_reward:
+            self._process_reward(samples, places, result)
         else:
             self._instruction(samples, places, result)
         return result
@@ -170,6 +183,32 @@ class ChunkProcessor:
             self._store(result, key, docs)
             result.tokens += sum(len(d) for d in docs)
         result.written = len(samples)
+
+    # ------------------------------------------------------------------ process reward data
+
+    def _process_reward(self, samples: list[ProcessReward], places: list, result: ChunkResult) -> None:
+        """The text's own tokens (no template, no special tokens); labels hold the step's reward token at each
+        placeholder, unshifted, and -100 elsewhere. A sample is never cut: that would drop steps."""
+        kept = []
+        for sample, ids, place in zip(samples, encode_batch(self.tokenizer, [s.text for s in samples], False),
+                                      places):
+            at = [i for i, t in enumerate(ids) if t == self.placeholder_id]
+            if len(at) != len(sample.values):
+                result.errors.append((*place, f"{len(at)} placeholders {self.cfg.placeholderToken!r} in the text "
+                                              f"but {len(sample.values)} labels"))
+                continue
+            if self.cutoff is not None and len(ids) > self.cutoff:
+                result.errors.append((*place, f"sample has {len(ids)} tokens, longer than seqLength "
+                                              f"{self.cfg.seqLength}"))
+                continue
+            labels = [IGNORE_INDEX] * len(ids)
+            for i, value in zip(at, sample.values):
+                labels[i] = self.reward_ids[value]
+            kept.append((ids, labels))
+        result.errors.sort(key=lambda e: (e[0], e[1]))
+        result.written = len(kept)
+        result.tokens = sum(len(ids) for ids, _ in kept)
+        self._store_instruction(result, "packed_", kept)
 
     # ------------------------------------------------------------------ instruction and pairwise data
 

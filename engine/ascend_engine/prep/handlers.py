@@ -32,6 +32,14 @@ class Preference:
     rejected: str
 
 
+@dataclass
+class ProcessReward:
+    text: str
+    """The whole text, a placeholder token after each reasoning step; no chat template is applied."""
+    values: list[str]
+    """One reward token per placeholder, in order."""
+
+
 SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
                  "system_tag": "system", "observation_tag": "observation", "function_tag": "function_call"}
 DEFAULT_MAP_KEYS: dict[str, dict[str, Any]] = {
@@ -41,11 +49,12 @@ DEFAULT_MAP_KEYS: dict[str, dict[str, Any]] = {
                                    "rejected": "rejected", "system": "system", "history": "history"},
     "R1AlpacaStyleInstructionHandler": {"prompt": "instruction", "query": "input", "response": "output",
                                         "system": "system", "history": "history"},
+    "AlpacaStyleProcessRewardHandler": {"input": "input", "value": "value"},
     "SharegptStyleInstructionHandler": {"messages": "conversations", "system": "system", "tags": SHAREGPT_TAGS},
     "SharegptStylePairwiseHandler": {"messages": "conversations", "system": "system", "chosen": "chosen",
                                      "rejected": "rejected", "tags": SHAREGPT_TAGS},
 }
-REQUIRED = {"prompt", "response", "messages", "chosen", "rejected"}
+REQUIRED = {"prompt", "response", "messages", "chosen", "rejected", "input", "value"}
 
 
 def resolve_map_keys(handler: str, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -211,9 +220,33 @@ class SharegptHandler:
         return Preference(conversation, rejected) if self.pairwise else conversation
 
 
+class ProcessRewardHandler:
+    """MindSpeed-LLM's AlpacaStyleProcessRewardHandler: ``input`` is the text with a placeholder after each step,
+    ``value`` the list of the steps' reward tokens, each one of ``rewardTokens``. Whether the placeholders in
+    the text match the labels in number is checked after tokenizing (``encode.py``)."""
+
+    def __init__(self, cfg: PrepConfig):
+        self.keys = resolve_map_keys(cfg.handlerName, cfg.mapKeys)
+        self.reward_tokens = list(cfg.rewardTokens)
+
+    def __call__(self, record: dict) -> ProcessReward:
+        k = self.keys
+        text = _text(record, k["input"], "input", required=True)
+        if not text.strip():
+            raise RecordError(f"empty text in field {k['input']!r} (mapKeys.input)")
+        values = _list(record, k["value"], "value", required=True)
+        for i, value in enumerate(values):
+            if value not in self.reward_tokens:
+                raise RecordError(f"field {k['value']!r} item {i}: {value!r} is not one of the rewardTokens "
+                                  f"{self.reward_tokens}")
+        return ProcessReward(text, values)
+
+
 def make_handler(cfg: PrepConfig):
     if cfg.is_pretrain:
         return PretrainHandler(cfg)
+    if cfg.is_process_reward:
+        return ProcessRewardHandler(cfg)
     if cfg.handlerName.startswith(("Alpaca", "R1Alpaca")):
         return AlpacaHandler(cfg)
     return SharegptHandler(cfg)
