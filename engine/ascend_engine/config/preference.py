@@ -11,13 +11,13 @@ from pydantic import Field
 
 from .base import EngineModel, Flag
 
-Stage = Literal["pretrain", "sft", "dpo", "simpo", "orm", "grpo"]
+Stage = Literal["pretrain", "sft", "dpo", "simpo", "orm", "prm", "grpo"]
 PAIRWISE_STAGES = ("dpo", "simpo", "orm")
 """Stages that read preference pairs (orm: an outcome reward model ranks chosen above rejected)."""
 
 
 class PreferenceConfig(EngineModel):
-    """DPO and SimPO settings (used only when stage is dpo or simpo)."""
+    """DPO and SimPO settings (used only when stage is dpo or simpo), and PRM's reward tokens (stage prm)."""
 
     dpoBeta: Annotated[float, Field(gt=0), Flag("--dpo-beta")] = 0.1
     """DPO temperature beta: rewards are beta x (policy - reference) log-probabilities."""
@@ -36,3 +36,19 @@ class PreferenceConfig(EngineModel):
     """SimPO loss: sigmoid or hinge."""
     simpoLabelSmoothing: Annotated[float, Field(ge=0, lt=0.5), Flag("--simpo-label-smoothing")] = 0.0
     """SimPO label smoothing (sigmoid loss)."""
+    rewardTokens: Annotated[list[str], Flag("--reward-tokens")] = []
+    """Stage prm: the tokens a step's label may be (e.g. + and -), each one token of data.tokenizerNameOrPath;
+    their logits at a step's placeholder are the process reward model's classifier."""
+
+
+def check_prm_run(cfg) -> None:
+    """Stage prm reads process reward data and classifies each step by the reward tokens' logits."""
+    if not cfg.preference.rewardTokens:
+        raise ValueError("stage prm needs preference.rewardTokens (--reward-tokens), e.g. + and -")
+    if len(set(cfg.preference.rewardTokens)) != len(cfg.preference.rewardTokens):
+        raise ValueError(f"preference.rewardTokens: {cfg.preference.rewardTokens} names a token twice")
+    if not cfg.data.tokenizerNameOrPath:
+        raise ValueError("stage prm needs data.tokenizerNameOrPath (--tokenizer-name-or-path) to find the ids of "
+                         "preference.rewardTokens")
+    if cfg.data.neatPack:
+        raise ValueError("stage prm reads one process reward sample per row; data.neatPack does not apply")

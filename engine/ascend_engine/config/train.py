@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from .base import EngineModel, Flag
 from .grpo import GrpoConfig, check_grpo_run
-from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage
+from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage, check_prm_run
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -401,6 +401,8 @@ class TrainConfig(EngineModel):
                              f"{' or '.join(PAIRWISE_STAGES)}, not {self.stage}")
         if self.stage == "grpo":
             check_grpo_run(self)
+        if self.stage == "prm":
+            check_prm_run(self)
         if self.stage == "orm":
             m.scoreHead = True
         elif m.scoreHead:

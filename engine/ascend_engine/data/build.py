@@ -59,12 +59,23 @@ def build_train_data(cfg: TrainConfig, part: int = 0) -> TrainData | SyntheticDa
         sources = parse_data_path(d.dataPath, instruction=True)
         return TrainData([PromptDataset(s.files, t.seed, d.split, s.prefix) for s in sources],
                          [s.weight for s in sources], prompt_batch)
+    if cfg.stage == "prm" and (d.mockData or not d.dataPath):
+        from .sources import DataError
+
+        raise DataError("stage prm: needs process reward data in data.dataPath (AlpacaStyleProcessRewardHandler "
+                        "output: <prefix>_packed_{input_ids,attention_mask,labels}_document)")
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
     sources = parse_data_path(d.dataPath, d.isInstructionDataset, cfg.pairwise_data)
     if cfg.pairwise_data:
         datasets = [PairwiseDataset(s.files, t.seed, d.split, s.prefix, part) for s in sources]
         batch = partial(pairwise_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
+                        pad_to_multiple_of=d.padToMultipleOf)
+    elif cfg.stage == "prm":
+        from .process_reward import process_reward_batch
+
+        datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix, part) for s in sources]
+        batch = partial(process_reward_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
                         pad_to_multiple_of=d.padToMultipleOf)
     elif d.isInstructionDataset:
         datasets = [InstructionDataset(s.files, t.seed, d.split, s.prefix, part) for s in sources]

@@ -16,6 +16,10 @@ def make_stage(cfg: TrainConfig) -> Stage:
         from .reward import RewardModelStage
 
         return RewardModelStage(cfg)
+    if cfg.stage == "prm":
+        from .process_reward import ProcessRewardStage
+
+        return ProcessRewardStage(cfg)
     if cfg.stage in PAIRWISE_STAGES:
         from .preference import PreferenceStage
 
