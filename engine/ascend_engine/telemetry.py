@@ -30,6 +30,7 @@ METRIC_NAMES = {
     "ascend_train_rewards_rejected": "rewardsRejected",
     "ascend_train_reward_margin": "rewardMargin",
     "ascend_train_reward_accuracy": "rewardAccuracy",
+    "ascend_train_step_accuracy": "stepAccuracy",
     "ascend_grpo_reward_mean": "rewardMean",
     "ascend_grpo_reward_std": "rewardStd",
     "ascend_grpo_accuracy": "accuracy",
@@ -45,6 +46,8 @@ METRIC_NAMES = {
 # The preference stages' log-line metrics (MindSpeed-LLM's names) -> status.progress fields.
 PREFERENCE_METRICS = {"rewards/chosen": "rewardsChosen", "rewards/rejected": "rewardsRejected",
                       "rewards/margins": "rewardMargin", "rewards/accuracies": "rewardAccuracy"}
+# The prm stage's log-line metric -> status.progress field.
+PRM_METRICS = {"steps/accuracy": "stepAccuracy"}
 # The grpo stage's log-line metrics -> status.progress fields.
 GRPO_METRICS = {"grpo/reward_mean": "rewardMean", "grpo/reward_std": "rewardStd", "grpo/accuracy": "accuracy",
                 "grpo/response_length": "responseLength", "grpo/kl": "kl", "grpo/clip_fraction": "clipFraction",
@@ -53,8 +56,9 @@ GRPO_METRICS = {"grpo/reward_mean": "rewardMean", "grpo/reward_std": "rewardStd"
 
 
 def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
-    """The status.progress fields among a step's metrics (none for pretrain / SFT; dpo / simpo and grpo's)."""
-    return {field: metrics[name] for name, field in {**PREFERENCE_METRICS, **GRPO_METRICS}.items()
+    """The status.progress fields among a step's metrics (none for pretrain / SFT; dpo / simpo / orm, prm and
+    grpo's)."""
+    return {field: metrics[name] for name, field in {**PREFERENCE_METRICS, **PRM_METRICS, **GRPO_METRICS}.items()
             if name in metrics}
 
 

@@ -39,3 +39,5 @@ def test_preference_rewards_reach_the_job_status():
     assert (progress.rewardsChosen, progress.rewardsRejected, progress.rewardMargin, progress.rewardAccuracy) == \
         (0.25, -0.5, 0.75, 1.0)
     assert preference_fields({"lm loss": 2.0}) == {}  # SFT reports no rewards
+    metrics.set(iteration=4, **preference_fields({"lm loss": 0.2, "steps/accuracy": 0.75}))  # prm
+    assert TrainProgress.model_validate(scrape(f"http://127.0.0.1:{port}/metrics")).stepAccuracy == 0.75

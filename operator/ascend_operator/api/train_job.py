@@ -170,6 +170,8 @@ class TrainProgress(KubeModel):
     """dpo / simpo / orm: mean of chosen minus rejected reward."""
     rewardAccuracy: float | None = None
     """dpo / simpo / orm: fraction of pairs whose chosen reply out-rewards the rejected one."""
+    stepAccuracy: float | None = None
+    """prm: fraction of reasoning steps whose label's reward token has the largest logit among the reward tokens."""
     rewardMean: float | None = None
     """grpo: mean reward of the step's responses."""
     rewardStd: float | None = None
