@@ -2,7 +2,8 @@
 
 A tiny random HF Qwen3 language model is converted to Megatron-core at TP=1, TP=2 and PP=2. The real PRM stage
 trains each from the same weights on a learnable process reward set (a step is "+" when the token before its
-placeholder lies in the lower half of the vocabulary). "+" and "-" are tokens 5 and 250, in different halves of
+placeholder lies in the lower half of the vocabulary), prepared from text records by ``ascend-engine preprocess``
+with AlpacaStyleProcessRewardHandler. "+" and "-" are tokens 5 and 250, in different halves of
 the vocabulary, so at TP=2 their logits live on different ranks. Every sample has the same number of steps, so a
 step's loss is the mean over all its placeholders whatever the micro-batch split. Checks: the loss at step 0
 equals the cross-entropy of transformers' logits restricted to the two reward columns at the placeholders; TP=2
@@ -59,15 +60,19 @@ def _samples(vocab: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return samples
 
 
-def _write_data(prefix: Path, samples) -> None:
-    from ascend_engine.prep.indexed import IndexedDatasetWriter
+def _prepare_data(root: Path, samples) -> None:
+    """The samples as records of text, through ``ascend-engine preprocess`` (AlpacaStyleProcessRewardHandler)."""
+    from prep_support import preprocess, read_dataset, write_jsonl
 
-    for key, rows in (("input_ids", [s[0] for s in samples]), ("attention_mask", [np.ones_like(s[0]) for s in samples]),
-                      ("labels", [s[1] for s in samples])):
-        w = IndexedDatasetWriter(f"{prefix}_packed_{key}_document", np.int32)
-        w.add(np.concatenate(rows).astype(np.int32), np.array([len(r) for r in rows]))
-        w.finish()
-        w.commit()
+    names = {PLACEHOLDER: "ки", PLUS: "+", MINUS: "-"}
+    records = [{"input": " ".join(names.get(t, f"t{t}") for t in ids),
+                "value": [names[t] for t in labels if t != -100]} for ids, labels in samples]
+    assert preprocess("--input", write_jsonl(root / "prm.jsonl", records), "--tokenizer-name-or-path",
+                      root / "tokenizer", "--output-prefix", root / "prm", "--handler-name",
+                      "AlpacaStyleProcessRewardHandler", "--reward-tokens", "+", "-") == 0
+    for key, index in (("input_ids", 0), ("labels", 1)):
+        assert [r.tolist() for r in read_dataset(f"{root}/prm_packed_{key}_document")] == \
+            [s[index].tolist() for s in samples]
 
 
 def _config(root: Path, model: dict, tp: int, pp: int) -> Path:
@@ -110,7 +115,7 @@ def runs(tmp_path_factory):
     vocab = hf.config.vocab_size
     _write_tokenizer(root / "tokenizer", vocab)
     samples = _samples(vocab)
-    _write_data(root / "prm", samples)
+    _prepare_data(root, samples)
     model = model_config_from_hf(json.loads((root / "lm" / "config.json").read_text()), "config.json").to_yaml_dict()
     layouts = {(1, 1): 1, (2, 1): 2, (1, 2): 2}
     for tp, pp in layouts:
