@@ -37,3 +37,14 @@ def test_prm_rules(monkeypatch):
     cfg = command.load_config(parser.parse_args(["--stage", "prm", "--reward-tokens", "+", "-",
                                                  "--tokenizer-name-or-path", "/tok"]))
     assert cfg.preference.rewardTokens == ["+", "-"] and not cfg.model.scoreHead
+
+
+def test_a_label_outside_the_reward_tokens_is_an_error():
+    import torch
+
+    from ascend_engine.train.stages.process_reward import step_classification_loss
+
+    labels = torch.tensor([[0, 5, 0, 7]])
+    mask = torch.tensor([[0.0, 1.0, 0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"tokens \[7\] at placeholders, which are not among preference.rewardTokens"):
+        step_classification_loss(torch.tensor([5, 6]), labels, mask, torch.zeros(1, 4, 10))

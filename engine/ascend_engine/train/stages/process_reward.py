@@ -37,8 +37,14 @@ def reward_columns(logits: torch.Tensor, reward_ids: torch.Tensor) -> torch.Tens
 def step_classification_loss(reward_ids: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor,
                              logits: torch.Tensor):
     at = loss_mask.bool()
+    matches = labels[at].unsqueeze(1) == reward_ids
+    if not bool(matches.any(dim=1).all()):
+        stray = sorted(set(labels[at][~matches.any(dim=1)].tolist()))
+        raise ValueError(f"stage prm: the data labels tokens {stray} at placeholders, which are not among "
+                         f"preference.rewardTokens (ids {reward_ids.tolist()}); prepare the data with the same "
+                         "--reward-tokens as the run")
     columns = reward_columns(logits[at], reward_ids)
-    target = (labels[at].unsqueeze(1) == reward_ids).float().argmax(dim=1)  # label token -> its reward index
+    target = matches.float().argmax(dim=1)  # the label's index among the reward tokens
     loss = F.cross_entropy(columns, target) if len(target) else columns.sum() * 0.0
     accuracy = (columns.argmax(dim=1) == target).float().mean() if len(target) else loss.detach() * 0.0
     # clone: the schedule divides the returned loss in place by the number of micro-batches
