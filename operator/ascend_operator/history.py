@@ -17,9 +17,10 @@ LABEL = f"{API_GROUP}/history-of"
 # status.progress field -> point field
 FIELDS = {"loss": "loss", "validationLoss": "validationLoss", "learningRate": "learningRate",
           "tokensPerSecond": "tokensPerSecond",
-          # stage figures: GRPO's reward and accuracy, DPO/SimPO's pair accuracy and margin, MoE's router loss
+          # stage figures: GRPO's reward and accuracy, DPO/SimPO's pair accuracy and margin, PRM's step accuracy,
+          # MoE's router loss
           "rewardMean": "rewardMean", "accuracy": "accuracy", "rewardAccuracy": "rewardAccuracy",
-          "rewardMargin": "rewardMargin", "loadBalancingLoss": "loadBalancingLoss"}
+          "rewardMargin": "rewardMargin", "stepAccuracy": "stepAccuracy", "loadBalancingLoss": "loadBalancingLoss"}
 
 
 def config_map_name(job: str) -> str:

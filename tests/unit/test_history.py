@@ -37,3 +37,5 @@ def test_stage_figures_join_the_series():
     points = add_point([], {"iteration": 3, "loss": 0.4, "rewardMean": 0.25, "accuracy": 0.5,
                             "rewardAccuracy": None}, "t")
     assert points == [{"iteration": 3, "time": "t", "loss": 0.4, "rewardMean": 0.25, "accuracy": 0.5}]
+    prm = add_point([], {"iteration": 4, "loss": 0.3, "stepAccuracy": 0.75}, "t")
+    assert prm == [{"iteration": 4, "time": "t", "loss": 0.3, "stepAccuracy": 0.75}]
