@@ -48,3 +48,25 @@ def test_a_label_outside_the_reward_tokens_is_an_error():
     mask = torch.tensor([[0.0, 1.0, 0.0, 1.0]])
     with pytest.raises(ValueError, match=r"tokens \[7\] at placeholders, which are not among preference.rewardTokens"):
         step_classification_loss(torch.tensor([5, 6]), labels, mask, torch.zeros(1, 4, 10))
+
+
+def test_prm_reads_its_prefix_as_instruction_data_without_the_flag(tmp_path):
+    from ascend_engine.data.build import build_train_data
+    from ascend_engine.data.sources import DataError
+    from ascend_engine.prep.indexed import IndexedDatasetWriter
+
+    ids, labels = np.array([7, 8, 3, 9, 3]), np.array([-100, -100, 5, -100, 6])
+    for key, row in (("input_ids", ids), ("attention_mask", np.ones_like(ids)), ("labels", labels)):
+        w = IndexedDatasetWriter(str(tmp_path / f"steps_packed_{key}_document"), np.int32)
+        w.add(row.astype(np.int32), np.array([len(row)]))
+        w.finish()
+        w.commit()
+    cfg = TrainConfig.model_validate({"stage": "prm", "preference": {"rewardTokens": ["+", "-"]},
+                                      "training": {"seqLength": 8, "microBatchSize": 1, "globalBatchSize": 1},
+                                      "data": {"dataPath": [str(tmp_path / "steps")], "tokenizerNameOrPath": "/tok"}})
+    data = build_train_data(cfg)
+    batch = data.batch([data.datasets[0][0]])
+    assert batch["loss_mask"][0].tolist() == [0, 0, 1, 0, 1, 0, 0, 0]
+    assert batch["labels"][0, [2, 4]].tolist() == [5, 6]
+    with pytest.raises(DataError, match="stage prm: needs process reward data"):
+        build_train_data(TrainConfig.model_validate({**cfg.model_dump(), "data": {"tokenizerNameOrPath": "/tok"}}))

@@ -66,7 +66,7 @@ def build_train_data(cfg: TrainConfig, part: int = 0) -> TrainData | SyntheticDa
                         "output: <prefix>_packed_{input_ids,attention_mask,labels}_document)")
     if d.mockData or not d.dataPath:
         return SyntheticData(cfg)
-    sources = parse_data_path(d.dataPath, d.isInstructionDataset, cfg.pairwise_data)
+    sources = parse_data_path(d.dataPath, d.isInstructionDataset or cfg.stage == "prm", cfg.pairwise_data)
     if cfg.pairwise_data:
         datasets = [PairwiseDataset(s.files, t.seed, d.split, s.prefix, part) for s in sources]
         batch = partial(pairwise_batch, seq_length=t.seqLength, variable=d.variableSeqLengths,
