@@ -125,13 +125,18 @@ def test_reward_model_only_grpo_raises_the_score(learning):
 
 @pytest.mark.engine
 def test_tp2_reward_model_scores_match_tp1(tmp_path, prompts, orm, learning):  # noqa: F811
-    ours = steps(run(tmp_path, rm_config(prompts, orm[1], trainIters=2), "--tensor-model-parallel-size", "2",
+    """The first step at TP=2: the same rollouts scored alike by the resharded ORM.
+
+    Only the first step: the scores differ between layouts by rounding (~1e-7) and so do the advantages; Adam
+    turns such differences in near-zero gradient components into full-size steps, so from the second step on the
+    policies (and their samples) part, unlike with rule rewards, which are exact."""
+    ours = steps(run(tmp_path, rm_config(prompts, orm[1], trainIters=1), "--tensor-model-parallel-size", "2",
                      nproc=2).stdout)
-    assert len(ours) == 2
-    for i, (a, b) in enumerate(zip(learning, ours), start=1):
-        assert a["grpo/response_length"] == b["grpo/response_length"], i  # the same rollouts
-        for key in ("grpo/reward_model_score", "grpo/reward_mean", "grpo/reward_std", "lm loss"):
-            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"iteration {i} {key}")
+    assert len(ours) == 1
+    a, b = learning[0], ours[0]
+    assert a["grpo/response_length"] == b["grpo/response_length"]  # the same rollouts
+    for key in ("grpo/reward_model_score", "grpo/reward_mean", "grpo/reward_std", "grpo/entropy", "lm loss"):
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.engine
