@@ -13,22 +13,25 @@ An ORM is trained with the real ``stage: orm`` on pairs whose chosen replies use
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from test_train_grpo import MODEL, grpo_config, prompts, run, steps  # noqa: F401 - prompts is a fixture
 from test_train_orm import PAIRS, _write_pairs
-from test_train_torchrun import TINY
+from test_train_torchrun import TINY, VENV_BIN, free_port
 
 WEIGHT = 2.0
 
 CAPTURE = textwrap.dedent("""
-    import sys, yaml, torch
+    import json, sys, yaml, torch
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.train.loop import Trainer
@@ -43,8 +46,10 @@ CAPTURE = textwrap.dedent("""
     trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(sys.argv[1]))), select_backend("cpu"))
     trainer.train_step()
     r = captured[0]
-    torch.save({"tokens": r.tokens, "loss_mask": r.loss_mask, "rewards": r.rewards,
-                "model_scores": r.model_scores}, sys.argv[1] + ".rollout.pt")
+    if torch.distributed.get_rank() == 0:
+        torch.save({"tokens": r.tokens, "loss_mask": r.loss_mask, "rewards": r.rewards,
+                    "model_scores": r.model_scores}, OUT)
+    print("METRICS", json.dumps(trainer.last_metrics))
 """)
 
 ORM_SCORES = textwrap.dedent("""
@@ -92,14 +97,35 @@ def rm_config(prompts, orm_path: Path, **training) -> dict:  # noqa: F811 - the 
     return cfg
 
 
-@pytest.mark.engine
-def test_grpo_rewards_are_the_orm_scores(tmp_path, prompts, orm):  # noqa: F811
-    """The rewards of one rollout = WEIGHT x the ORM stage's own scores of the same rows (another process)."""
-    cfg = rm_config(prompts, orm[0], trainIters=1)
-    run(tmp_path, cfg, script=CAPTURE.replace("sys.argv[1] + \".rollout.pt\"", repr(str(tmp_path / "rows.pt"))))
-    import torch
+def capture(tmp_path: Path, cfg: dict, nproc: int = 1) -> tuple[dict, dict]:
+    """The first GRPO step's rollout rows (rank 0's) and its metrics, at the layout of ``cfg`` / ``nproc``."""
+    out = tmp_path / f"rows-{nproc}.pt"
+    script = tmp_path / f"capture-{nproc}.py"
+    script.write_text(CAPTURE.replace("OUT)", f"{str(out)!r})"))
+    if nproc == 1:
+        proc = run(tmp_path, cfg, script=script.read_text())
+    else:
+        config = tmp_path / "capture.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+        proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr",
+                               "127.0.0.1", "--master-port", str(free_port()), str(script), str(config)],
+                              capture_output=True, text=True, timeout=180, env={**env, "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    metrics = json.loads(proc.stdout.split("METRICS ", 1)[1].splitlines()[0])
+    return torch.load(out), metrics
 
-    rows = torch.load(tmp_path / "rows.pt")
+
+@pytest.fixture(scope="module")
+def tp1_rollout(prompts, orm, tmp_path_factory):  # noqa: F811
+    return capture(tmp_path_factory.mktemp("tp1_rollout"), rm_config(prompts, orm[0], trainIters=1))
+
+
+@pytest.mark.engine
+def test_grpo_rewards_are_the_orm_scores(tmp_path, orm, tp1_rollout):
+    """The rewards of one rollout = WEIGHT x the ORM stage's own scores of the same rows (another process)."""
+    rows, _ = tp1_rollout
+    torch.save(rows, tmp_path / "rows.pt")
     assert rows["tokens"].shape[0] == 8 * 4
     scorer = orm_config(orm[0].parent, str(orm[0]), None)
     proc = run(tmp_path, scorer, script=ORM_SCORES.replace("sys.argv[2]", repr(str(tmp_path / "rows.pt"))))
@@ -124,17 +150,19 @@ def test_reward_model_only_grpo_raises_the_score(learning):
 
 
 @pytest.mark.engine
-def test_tp2_reward_model_scores_match_tp1(tmp_path, prompts, orm, learning):  # noqa: F811
+def test_tp2_reward_model_scores_match_tp1(tmp_path, prompts, orm, tp1_rollout):  # noqa: F811
     """The first step at TP=2: the same rollouts scored alike by the resharded ORM.
 
     Only the first step: the scores differ between layouts by rounding (~1e-7) and so do the advantages; Adam
     turns such differences in near-zero gradient components into full-size steps, so from the second step on the
     policies (and their samples) part, unlike with rule rewards, which are exact."""
-    ours = steps(run(tmp_path, rm_config(prompts, orm[1], trainIters=1), "--tensor-model-parallel-size", "2",
-                     nproc=2).stdout)
-    assert len(ours) == 1
-    a, b = learning[0], ours[0]
-    assert a["grpo/response_length"] == b["grpo/response_length"]  # the same rollouts
+    cfg = rm_config(prompts, orm[1], trainIters=1)
+    cfg["parallel"] = {"tensorModelParallelSize": 2}
+    rows, b = capture(tmp_path, cfg, nproc=2)
+    ours, a = tp1_rollout
+    assert torch.equal(rows["tokens"], ours["tokens"])  # the same rollouts
+    np.testing.assert_allclose(rows["model_scores"].numpy(), ours["model_scores"].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rows["rewards"].numpy(), ours["rewards"].numpy(), rtol=1e-5, atol=1e-5)
     for key in ("grpo/reward_model_score", "grpo/reward_mean", "grpo/reward_std", "grpo/entropy", "lm loss"):
         np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
@@ -147,9 +175,6 @@ def test_a_checkpoint_without_score_head_is_refused(tmp_path, prompts):  # noqa:
     cfg = rm_config(prompts, lm, trainIters=1)
     path = tmp_path / "refused.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    import os
-    import subprocess
-
     proc = subprocess.run([sys.executable, "-m", "ascend_engine.cli", "train", "--config", str(path)],
                           capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode != 0
