@@ -2,7 +2,8 @@
 
 Each step, before the pipeline schedule runs, ``prepare`` turns this rank's prompt micro-batches into response
 rows: the policy samples ``nSamplesPerPrompt`` responses per prompt (``rollout.py``), rule rewards score the
-decoded text and a frozen ORM (``grpo.rewardModel``, ``reward_model.py``) the rows, advantages are normalised per group, and the frozen reference (``klCoef`` > 0; the DPO stage's
+decoded text and a frozen ORM (``grpo.rewardModel``, ``reward_model.py``) the rows, advantages are normalised per
+group, and the frozen reference (``klCoef`` > 0; the DPO stage's
 reference code: a copy of the starting weights, or with LoRA the policy with its adapters off) adds its
 log-probabilities. The loop then runs ``policyUpdates`` forward/backward passes and optimizer steps on those rows
 with ``grpo_loss``. With one update the old log-probabilities are the current ones, detached (the ratio is 1
