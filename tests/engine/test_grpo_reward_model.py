@@ -6,8 +6,8 @@ An ORM is trained with the real ``stage: orm`` on pairs whose chosen replies use
 - the rewards GRPO uses for its rollout rows equal the ORM's scores of those rows computed by a separate process
   through the ORM stage's own model and reading (``stage: orm``, ``sequence_rewards``), times the weight;
 - a GRPO run whose only reward is the ORM raises the ORM's score of its responses;
-- TP=2 (torchrun, 2 processes, the ORM resharded by ``ascend-engine convert``) gives the same rollouts and the
-  same reward model scores as TP=1;
+- TP=2 and PP=2 (torchrun, 2 processes, the ORM resharded by ``ascend-engine convert``) give the same rollout
+  rows, reward model scores and rewards as one process;
 - a language-model checkpoint (no score head) is refused with its path named.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def orm_config(root: Path, load: str | None, save: str | None) -> dict:
 
 @pytest.fixture(scope="module")
 def orm(tmp_path_factory) -> tuple[Path, Path]:
-    """An ORM (TP=1) preferring lower-half tokens, and the same checkpoint resharded to TP=2."""
+    """An ORM (TP=1) preferring lower-half tokens, and the same checkpoint resharded to TP=2 and to PP=2."""
     from ascend_engine.cli import main
 
     root = tmp_path_factory.mktemp("orm")
@@ -87,7 +87,9 @@ def orm(tmp_path_factory) -> tuple[Path, Path]:
     run(root, orm_config(root, None, str(root / "orm")))
     assert main(["convert", "--load-model-type", "mg", "--save-model-type", "mg", "--load-dir", str(root / "orm"),
                  "--save-dir", str(root / "orm_tp2"), "--target-tensor-parallel-size", "2"]) == 0
-    return root / "orm", root / "orm_tp2"
+    assert main(["convert", "--load-model-type", "mg", "--save-model-type", "mg", "--load-dir", str(root / "orm"),
+                 "--save-dir", str(root / "orm_pp2"), "--target-pipeline-parallel-size", "2"]) == 0
+    return root / "orm", {"tensorModelParallelSize": root / "orm_tp2", "pipelineModelParallelSize": root / "orm_pp2"}
 
 
 def rm_config(prompts, orm_path: Path, **training) -> dict:  # noqa: F811 - the fixture's value
@@ -150,14 +152,16 @@ def test_reward_model_only_grpo_raises_the_score(learning):
 
 
 @pytest.mark.engine
-def test_tp2_reward_model_scores_match_tp1(tmp_path, prompts, orm, tp1_rollout):  # noqa: F811
-    """The first step at TP=2: the same rollouts scored alike by the resharded ORM.
+@pytest.mark.parametrize("layout", ["tensorModelParallelSize", "pipelineModelParallelSize"], ids=["tp2", "pp2"])
+def test_layouts_give_the_single_process_rewards(tmp_path, prompts, orm, tp1_rollout, layout):  # noqa: F811
+    """The first step at TP=2 / PP=2: the same rollouts scored alike by the resharded ORM (at PP=2 rank 0 is the
+    first stage: its scores come from the last stage's broadcast).
 
     Only the first step: the scores differ between layouts by rounding (~1e-7) and so do the advantages; Adam
     turns such differences in near-zero gradient components into full-size steps, so from the second step on the
     policies (and their samples) part, unlike with rule rewards, which are exact."""
-    cfg = rm_config(prompts, orm[1], trainIters=1)
-    cfg["parallel"] = {"tensorModelParallelSize": 2}
+    cfg = rm_config(prompts, orm[1][layout], trainIters=1)
+    cfg["parallel"] = {layout: 2}
     rows, b = capture(tmp_path, cfg, nproc=2)
     ours, a = tp1_rollout
     assert torch.equal(rows["tokens"], ours["tokens"])  # the same rollouts
