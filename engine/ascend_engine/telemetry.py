@@ -34,6 +34,7 @@ METRIC_NAMES = {
     "ascend_grpo_reward_mean": "rewardMean",
     "ascend_grpo_reward_std": "rewardStd",
     "ascend_grpo_accuracy": "accuracy",
+    "ascend_grpo_reward_model_score": "rewardModelScore",
     "ascend_grpo_response_length": "responseLength",
     "ascend_grpo_kl": "kl",
     "ascend_grpo_clip_fraction": "clipFraction",
@@ -50,6 +51,7 @@ PREFERENCE_METRICS = {"rewards/chosen": "rewardsChosen", "rewards/rejected": "re
 PRM_METRICS = {"steps/accuracy": "stepAccuracy"}
 # The grpo stage's log-line metrics -> status.progress fields.
 GRPO_METRICS = {"grpo/reward_mean": "rewardMean", "grpo/reward_std": "rewardStd", "grpo/accuracy": "accuracy",
+                "grpo/reward_model_score": "rewardModelScore",
                 "grpo/response_length": "responseLength", "grpo/kl": "kl", "grpo/clip_fraction": "clipFraction",
                 "grpo/entropy": "entropy", "timing/rollout_s": "rolloutSeconds", "timing/update_s": "updateSeconds",
                 "tokens_per_s/rollout": "rolloutTokensPerSecond", "tokens_per_s/update": "updateTokensPerSecond"}

@@ -25,11 +25,13 @@ def test_flags_fill_the_grpo_section(tmp_path, monkeypatch):
         "--config", str(path), "--tokenizer-name-or-path", "/tok", "--n-samples-per-prompt", "4",
         "--max-new-tokens", "16", "--temperature", "0.7", "--top-p", "0.9", "--kl-coef", "0.01", "--clip-ratio",
         "0.3", "--policy-updates", "2", "--verifier-function", "math", "format", "--verifier-weight", "1", "0.1",
-        "--loss-agg-mode", "sequence_mean", "--no-log-entropy"]))
+        "--loss-agg-mode", "sequence_mean", "--no-log-entropy", "--reward-model", "/orm", "--reward-model-weight",
+        "0.5"]))
     g = cfg.grpo
     assert (g.nSamplesPerPrompt, g.maxNewTokens, g.temperature, g.topP, g.klCoef, g.clipRatio, g.policyUpdates,
             g.lossAggregation, g.logEntropy) == (4, 16, 0.7, 0.9, 0.01, 0.3, 2, "sequence_mean", False)
     assert g.rewards == {"math": 1.0, "format": 0.1}
+    assert (g.rewardModel, g.rewardModelWeight) == ("/orm", 0.5)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -38,12 +40,15 @@ def test_flags_fill_the_grpo_section(tmp_path, monkeypatch):
     ({"grpo": {**GRPO["grpo"], "verifierFunction": ["accuracy"]}}, "neither a built-in"),
     ({"grpo": {**GRPO["grpo"], "verifierWeight": [1.0, 2.0]}}, "2 weights for 1"),
     ({"data": {"mockData": True, "tokenizerNameOrPath": "/tok"}}, "not mockData"),
+    ({"grpo": {**GRPO["grpo"], "verifierFunction": []}}, "nothing would score"),
 ])
 def test_a_grpo_run_that_cannot_work_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig.model_validate({**GRPO, **change})
     assert TrainConfig.model_validate(GRPO).grpo.rewards == {"math": 1.0}
     assert TrainConfig.model_validate({**GRPO, "grpo": {**GRPO["grpo"], "verifierFunction": ["pkg.mod:fn"]}})
+    assert TrainConfig.model_validate({**GRPO, "grpo": {**GRPO["grpo"], "verifierFunction": [],
+                                                        "rewardModel": "/orm"}}).grpo.rewards == {}
 
 
 def _obj(spec: dict, outputs: dict | None = None) -> dict:
@@ -67,8 +72,10 @@ def test_operator_wires_r1_prompts_and_the_reference():
 def test_every_grpo_metric_has_a_status_field():
     fields = set(TrainProgress.model_fields)
     assert set(GRPO_METRICS.values()) <= fields and set(GRPO_METRICS.values()) <= set(METRIC_NAMES.values())
-    step = {"lm loss": 0.1, "grpo/reward_mean": 0.5, "grpo/accuracy": 0.25, "timing/rollout_s": 1.5}
-    assert preference_fields(step) == {"rewardMean": 0.5, "accuracy": 0.25, "rolloutSeconds": 1.5}
+    step = {"lm loss": 0.1, "grpo/reward_mean": 0.5, "grpo/accuracy": 0.25, "timing/rollout_s": 1.5,
+            "grpo/reward_model_score": -0.75}
+    assert preference_fields(step) == {"rewardMean": 0.5, "accuracy": 0.25, "rolloutSeconds": 1.5,
+                                       "rewardModelScore": -0.75}
 
 
 def test_grpo_figures_reach_the_job_status_through_the_endpoint():

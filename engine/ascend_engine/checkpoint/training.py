@@ -229,13 +229,19 @@ def load_training_checkpoint(trainer) -> str | None:
     return "; ".join(loaded)
 
 
-def load_model_weights(gpt, root, trainer) -> None:
+def load_model_weights(gpt, root, trainer, score_head: bool = False) -> None:
     """The full weights of ``root``'s latest checkpoint into ``gpt`` (this rank's TP/PP part), nothing else: the
-    frozen DPO reference. A folder without a checkpoint is an error here, not a fresh start."""
+    frozen DPO reference, or with ``score_head`` GRPO's reward model, which must be an ORM checkpoint (a language
+    model's would otherwise load with a fresh, random score head). A folder without a checkpoint is an error here,
+    not a fresh start."""
     found = _read_rank_file(root, trainer)
     if found is None:
         raise CheckpointMismatch(f"{root}: no checkpoint (latest_checkpointed_iteration.txt missing)")
     _, folder, state = found
     if "model" not in state:
         raise CheckpointMismatch(f"{folder}: a checkpoint with virtual pipeline stages cannot be a reference model")
+    args = state.get("args")
+    if score_head and not (getattr(args, "score_head", False) or "score.weight" in state["model"]):
+        raise CheckpointMismatch(f"{root}: not a reward model: the checkpoint has no score head (score.weight); "
+                                 "train one with train.stage orm")
     _load_chunk(gpt, state["model"], folder, adapters=False)

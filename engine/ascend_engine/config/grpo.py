@@ -1,7 +1,8 @@
 """``GrpoConfig``: the rollout, reward and policy-update settings of ``train.stage: grpo`` (MindSpeed-RL's names).
 
 One GRPO iteration takes ``training.globalBatchSize`` prompts (MindSpeed-RL's ``global_batch_size``), samples
-``nSamplesPerPrompt`` responses to each with the policy itself, scores them with rule rewards, and makes
+``nSamplesPerPrompt`` responses to each with the policy itself, scores them with rule rewards and/or a frozen
+outcome reward model (MindSpeed-RL's "reward" role), and makes
 ``policyUpdates`` optimizer steps on the whole rollout batch.
 """
 from __future__ import annotations
@@ -35,16 +36,24 @@ class GrpoConfig(EngineModel):
     """Optimizer steps on each rollout batch (MindSpeed-RL's epochs over it); past the first, the clip applies."""
     lossAggregation: Annotated[Literal["token_mean", "sequence_mean"], Flag("--loss-agg-mode")] = "token_mean"
     """token_mean: every response token of a micro-batch weighs the same; sequence_mean: per response first."""
-    verifierFunction: Annotated[list[str], Field(min_length=1), Flag("--verifier-function")] = ["math"]
+    verifierFunction: Annotated[list[str], Flag("--verifier-function")] = ["math"]
     """Rule rewards: math, exact_match, format, or a user function as package.module:function(response,
-    reference) -> float. The first one decides accuracy (reward > 0)."""
+    reference) -> float. The first one decides accuracy (reward > 0). May be empty with rewardModel."""
     verifierWeight: Annotated[list[float], Flag("--verifier-weight")] = []
     """Weight of each verifier function (default 1 each); the reward is the weighted sum."""
+    rewardModel: Annotated[str | None, Flag("--reward-model")] = None
+    """An ORM checkpoint (train.stage orm: the policy's model shape with a score head, saved at this run's TP/PP
+    layout), loaded frozen; its score at each response's last token joins the rule rewards before the group
+    normalisation."""
+    rewardModelWeight: Annotated[float, Flag("--reward-model-weight")] = 1.0
+    """Weight of the reward model's score in the reward (the rule rewards keep verifierWeight)."""
     logEntropy: Annotated[bool, Flag("--no-log-entropy", invert=True)] = True
     """Report the policy's mean token entropy over the responses (costs a pass over the logits)."""
 
     @model_validator(mode="after")
     def _verifiers(self) -> "GrpoConfig":
+        if not self.verifierFunction and self.rewardModel is None:
+            raise ValueError("verifierFunction is empty and there is no rewardModel: nothing would score a response")
         for name in self.verifierFunction:
             if name not in BUILTIN_VERIFIERS and ":" not in name:
                 raise ValueError(f"verifierFunction: {name!r} is neither a built-in reward "

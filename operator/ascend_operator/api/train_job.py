@@ -178,6 +178,8 @@ class TrainProgress(KubeModel):
     """grpo: standard deviation of the step's rewards."""
     accuracy: float | None = None
     """grpo: fraction of responses the first verifier function scores above 0."""
+    rewardModelScore: float | None = None
+    """grpo with grpo.rewardModel: mean score of the step's responses by the reward model (before its weight)."""
     responseLength: float | None = None
     """grpo: mean response length in tokens."""
     kl: float | None = None

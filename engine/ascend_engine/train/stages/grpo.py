@@ -2,7 +2,8 @@
 
 Each step, before the pipeline schedule runs, ``prepare`` turns this rank's prompt micro-batches into response
 rows: the policy samples ``nSamplesPerPrompt`` responses per prompt (``rollout.py``), rule rewards score the
-decoded text, advantages are normalised per group, and the frozen reference (``klCoef`` > 0; the DPO stage's
+decoded text and a frozen ORM (``grpo.rewardModel``, ``reward_model.py``) the rows, advantages are normalised per
+group, and the frozen reference (``klCoef`` > 0; the DPO stage's
 reference code: a copy of the starting weights, or with LoRA the policy with its adapters off) adds its
 log-probabilities. The loop then runs ``policyUpdates`` forward/backward passes and optimizer steps on those rows
 with ``grpo_loss``. With one update the old log-probabilities are the current ones, detached (the ratio is 1
@@ -30,6 +31,7 @@ class GrpoStage(Stage):
         self.rows_per_sample = cfg.grpo.nSamplesPerPrompt
         self.updates_per_step = cfg.grpo.policyUpdates
         self.reference = None
+        self.reward_model = None
         self.tokenizer = None
         self._rollout_stats: dict[str, float] = {}
         self._rolled_out_at = 0.0
@@ -44,6 +46,10 @@ class GrpoStage(Stage):
             raise ValueError(f"data.tokenizerNameOrPath: {path} has no EOS token to end a response")
         if self.grpo.klCoef and not self.cfg.lora.enabled:
             self.reference = PreferenceStage._build_reference(self)
+        if self.grpo.rewardModel is not None:
+            from .reward_model import RewardModel
+
+            self.reward_model = RewardModel(trainer, self.grpo.rewardModel)
 
     # ------------------------------------------------------------ rollout, rewards, reference
 
@@ -55,16 +61,19 @@ class GrpoStage(Stage):
         prompts = [p for b in batches for p in b["prompts"]]
         references = self.tokenizer.batch_decode([r for b in batches for r in b["references"]],
                                                  skip_special_tokens=True)
+        rows = t.microBatchSize * self.rows_per_sample
+        score_rows = (partial(self.reward_model.score, rows_per_micro_batch=rows)
+                      if self.reward_model is not None else None)
         trainer.model.eval()
         try:
             rollout = roll_out(unwrap(trainer.model), prompts, references, self.grpo, self.tokenizer,
                                seq_length=t.seqLength, vocab_size=self.cfg.model.vocabSize,
-                               generator=rollout_generator(t.seed, trainer.iteration, trainer.info.dp_rank))
+                               generator=rollout_generator(t.seed, trainer.iteration, trainer.info.dp_rank),
+                               score_rows=score_rows)
         finally:
             trainer.model.train()
         self._rollout_stats = self._reduce_rollout_stats(rollout)
         self._rolled_out_at = time.perf_counter()
-        rows = t.microBatchSize * self.rows_per_sample
         out = []
         for k in range(len(batches)):
             part = slice(k * rows, (k + 1) * rows)
@@ -101,19 +110,22 @@ class GrpoStage(Stage):
         rewards = rollout.rewards.double()
         sums = torch.stack([torch.tensor(float(rewards.numel()), dtype=torch.float64), rewards.sum(),
                             (rewards ** 2).sum(), rollout.correct.double().sum(), rollout.response_lengths.sum(),
-                            rollout.row_lengths.sum()])
+                            rollout.row_lengths.sum(),
+                            rollout.model_scores.double().sum() if rollout.model_scores is not None
+                            else torch.zeros((), dtype=torch.float64)])
         seconds = torch.tensor([rollout.seconds], dtype=torch.float64)
         if torch.distributed.is_initialized():
             group = parallel_state.get_data_parallel_group()
             torch.distributed.all_reduce(sums, group=group)
             torch.distributed.all_reduce(seconds, op=torch.distributed.ReduceOp.MAX, group=group)
-        count, total, squares, correct, response_tokens, row_tokens = sums.tolist()
+        count, total, squares, correct, response_tokens, row_tokens, model_scores = sums.tolist()
         mean = total / count
         var = max(squares / count - mean * mean, 0.0) * count / max(count - 1, 1)
         self._update_tokens = row_tokens * self.updates_per_step
         return {"grpo/reward_mean": mean, "grpo/reward_std": var ** 0.5, "grpo/accuracy": correct / count,
                 "grpo/response_length": response_tokens / count, "timing/rollout_s": float(seconds),
-                "tokens_per_s/rollout": response_tokens / max(float(seconds), 1e-9)}
+                "tokens_per_s/rollout": response_tokens / max(float(seconds), 1e-9),
+                **({"grpo/reward_model_score": model_scores / count} if self.reward_model is not None else {})}
 
     def step_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         seconds = time.perf_counter() - self._rolled_out_at
