@@ -20,7 +20,8 @@ FIELDS = {"loss": "loss", "validationLoss": "validationLoss", "learningRate": "l
           # stage figures: GRPO's reward and accuracy, DPO/SimPO's pair accuracy and margin, PRM's step accuracy,
           # MoE's router loss
           "rewardMean": "rewardMean", "accuracy": "accuracy", "rewardAccuracy": "rewardAccuracy",
-          "rewardMargin": "rewardMargin", "stepAccuracy": "stepAccuracy", "loadBalancingLoss": "loadBalancingLoss"}
+          "rewardMargin": "rewardMargin", "stepAccuracy": "stepAccuracy", "loadBalancingLoss": "loadBalancingLoss",
+          "rewardModelScore": "rewardModelScore"}
 
 
 def config_map_name(job: str) -> str:

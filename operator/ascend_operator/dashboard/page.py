@@ -32,7 +32,7 @@ const CHARTS = [["loss", "loss"], ["validationLoss", "validation loss"], ["learn
 // drawn only for the jobs whose stage reports them (GRPO, DPO/SimPO, PRM, MoE)
 const STAGE_CHARTS = [["rewardMean", "reward mean"], ["accuracy", "accuracy"], ["rewardAccuracy", "pair accuracy"],
                       ["rewardMargin", "reward margin"], ["stepAccuracy", "step accuracy"],
-                      ["loadBalancingLoss", "load-balancing loss"]];
+                      ["rewardModelScore", "reward model score"], ["loadBalancingLoss", "load-balancing loss"]];
 function fmt(v) { return v === undefined || v === null ? "-" : (Math.abs(v) >= 1000 || Math.abs(v) < 0.01) && v !== 0
   ? Number(v).toPrecision(3) : String(Math.round(v * 1000) / 1000); }
 function eta(s) { if (s === undefined || s === null) return "-"; s = Math.max(0, Math.round(s));
