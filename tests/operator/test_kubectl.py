@@ -76,13 +76,14 @@ def test_get_atj_shows_the_crd_printer_columns(cluster):
     job["metadata"]["name"] = "columns"
     resources.apply(job)
     resources.request("PATCH", atj.path("default", "columns", "status"), {"status": {
-        "phase": "Running", "restarts": 1, "progress": {"iteration": 12, "loss": 4.5, "tokensPerSecond": 812.5}}},
+        "phase": "Running", "restarts": 1, "progress": {"iteration": 12, "loss": 4.5, "tokensPerSecond": 812.5},
+        "evaluation": {"summary": "mmlu=0.2500"}}},
         content_type="application/merge-patch+json")
     resources.close()
     table = rows(kubectl(cluster, "get", "atj").stdout)
-    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "RESTARTS", "AGE"]
-    assert table[1][:6] == ["columns", "Running", "12", "4.5", "812.5", "1"]
-    assert table[1][6].endswith("s")  # an age computed by kubectl from the date column
+    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "AGE"]
+    assert table[1][:7] == ["columns", "Running", "12", "4.5", "812.5", "mmlu=0.2500", "1"]
+    assert table[1][7].endswith("s")  # an age computed by kubectl from the date column
 
 
 def test_ascend_train_get_says_why_a_job_failed(cluster, capsys):

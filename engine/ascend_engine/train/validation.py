@@ -52,7 +52,7 @@ def validation_loss(trainer) -> float:
                 micro_batch_size=t.microBatchSize * trainer.stage.rows_per_sample, forward_only=True)
     for chunk in trainer.chunks:
         chunk.train()
-    return trainer._average_loss(losses)
+    return trainer._average_metrics(losses)["lm loss"]
 
 
 def format_validation(iteration: int, loss: float) -> str:
