@@ -53,7 +53,9 @@ def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     assert json.loads(report.read_text()) == {"status": "Failed", "reason": "Preempted", "iteration": iteration,
                                               "checkpoint": str(ckpt / f"iter_{iteration:07d}")}
 
-    rerun, steps = run_train(tmp_path, config, "--train-iters", str(iteration + 2), name="rerun.yaml")
+    # two more steps only: a shorter schedule than the checkpoint's, which the run must be told to accept
+    rerun, steps = run_train(tmp_path, config, "--train-iters", str(iteration + 2), "--override-opt-param-scheduler",
+                             name="rerun.yaml")
     assert_ok(rerun)
     assert "loaded checkpoint" in rerun.stdout
     assert [s[0] for s in steps] == [iteration + 1, iteration + 2]
