@@ -60,7 +60,7 @@ def replicas(local_api, api_client, tmp_path):
     for name in ("op-a", "op-b"):
         health = free_port()
         env = dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), ASCEND_OPERATOR_PROGRESS_INTERVAL="1",
-                   ASCEND_OPERATOR_METRICS_PORT="0", POD_NAME=name, POD_NAMESPACE="default", **LEASE)
+                   ASCEND_OPERATOR_METRICS_PORT="0", ASCEND_OPERATOR_DASHBOARD_PORT="0", POD_NAME=name, POD_NAMESPACE="default", **LEASE)
         log = open(tmp_path / f"{name}.log", "w")
         proc = subprocess.Popen([sys.executable, "-m", "ascend_operator.main", "run", "-A", "--leader-elect",
                                  f"--health=127.0.0.1:{health}"], env=env, stdout=log, stderr=subprocess.STDOUT)

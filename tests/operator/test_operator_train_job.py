@@ -43,7 +43,7 @@ def operator(local_api, api_client, tmp_path):
         s.bind(("127.0.0.1", 0))
         metrics_port = s.getsockname()[1]
     env = dict(os.environ, KUBECONFIG=str(tmp_path / "kubeconfig"), ASCEND_OPERATOR_PROGRESS_INTERVAL="1",
-               ASCEND_OPERATOR_METRICS_PORT=str(metrics_port))
+               ASCEND_OPERATOR_METRICS_PORT=str(metrics_port), ASCEND_OPERATOR_DASHBOARD_PORT="0")
     log = open(tmp_path / "operator.log", "w")
 
     def start():

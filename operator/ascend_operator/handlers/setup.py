@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import kopf
 
@@ -13,6 +14,7 @@ from ..settings import DASHBOARD_PORT, METRICS_PORT
 from .lifecycle import sweep_forever
 
 _sweep: dict[str, object] = {}
+_servers: list = []  # the dashboard's HTTP server, shut down with the operator
 
 
 @kopf.on.startup()
@@ -26,7 +28,10 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.execution.max_workers = 16
     metrics.serve(METRICS_PORT)
     if DASHBOARD_PORT:
-        serve_dashboard(kube().api, DASHBOARD_PORT)
+        try:
+            _servers.append(serve_dashboard(kube().api, DASHBOARD_PORT))
+        except OSError as e:  # like the metrics port: the jobs matter more than the page
+            logging.getLogger(__name__).error("dashboard not served on port %d: %s", DASHBOARD_PORT, e)
     stop = asyncio.Event()
     # Created here so that the sweep's worker threads inherit kopf's context (events can be posted from them).
     _sweep.update(stop=stop, task=asyncio.create_task(sweep_forever(stop)))
@@ -34,6 +39,8 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
 
 @kopf.on.cleanup()
 async def stop_sweeping(**_) -> None:
+    while _servers:
+        _servers.pop().shutdown()
     if _sweep:
         _sweep["stop"].set()  # type: ignore[attr-defined]
         await _sweep["task"]  # type: ignore[misc]
