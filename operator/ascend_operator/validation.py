@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ascend_engine.config.loader import yaml_lines
+
 from .api.crdgen import crd
 from .api.group import API_GROUP as GROUP
 from .api.resources import RESOURCES
@@ -33,20 +35,6 @@ class Problem:
     def __str__(self) -> str:
         where = f"{self.source}:{self.line}" if self.line else self.source
         return f"{where}: {self.field}: {self.message}"
-
-
-def _key_lines(node: yaml.Node, path: tuple = (), out: dict[tuple, int] | None = None) -> dict[tuple, int]:
-    """The 1-based line of every key (and list item) under ``node``, by path."""
-    out = {} if out is None else out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            out[path + (key.value,)] = key.start_mark.line + 1
-            _key_lines(value, path + (key.value,), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _key_lines(item, path + (index,), out)
-    return out
 
 
 def _path(field: str) -> tuple:
@@ -144,7 +132,7 @@ def validate_text(text: str, source: str) -> tuple[list[dict[str, Any]], list[Pr
     schemas = _schemas()
     problems: list[Problem] = []
     for node, doc in zip(nodes, docs):
-        lines = _key_lines(node)
+        lines = yaml_lines(node)
         if not isinstance(doc, dict) or not doc.get("kind"):
             problems.append(Problem(source, node.start_mark.line + 1, "kind", "a document needs apiVersion and kind"))
             continue

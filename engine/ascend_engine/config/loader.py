@@ -22,16 +22,18 @@ class ConfigError(ValueError):
 
 # ---------------------------------------------------------------- YAML with line numbers
 
-def _yaml_lines(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+def yaml_lines(node: yaml.Node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
+    """The 1-based line of every key (and list item) under ``node``, by path: a key's own line, also when its
+    value is a mapping that starts on the next line."""
     out = {} if out is None else out
-    out[path] = node.start_mark.line + 1
+    out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             out[path + (key.value,)] = key.start_mark.line + 1
-            _yaml_lines(value, path + (key.value,), out)
+            yaml_lines(value, path + (key.value,), out)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _yaml_lines(item, path + (i,), out)
+            yaml_lines(item, path + (i,), out)
     return out
 
 
@@ -53,7 +55,7 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple, int]]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: the config must be a mapping, got {type(data).__name__}")
-    return data, _yaml_lines(node) if node is not None else {}
+    return data, yaml_lines(node) if node is not None else {}
 
 
 def format_validation_error(err: ValidationError, source: str, lines: dict[tuple, int] | None = None,
