@@ -1,6 +1,8 @@
 """hf -> mg -> hf and mg -> mg -> mg round trips are bit-identical; Megatron files have Megatron's layout."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,14 @@ def test_config_file_section(hf_models, tmp_path):
     convert("--config", cfg)
     assert set(mg_states(tmp_path / "out")) == {"mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000",
                                                   "mp_rank_01_001"}
+
+
+def test_hf_to_megatron_runs_without_torch(hf_models, tmp_path):
+    """Importing torch costs more CPU than copying a gigabyte, so the conversion every training starts from
+    (HF -> Megatron, resharded) must never pull it in; the files it writes are still what torch.load reads."""
+    argv = ["convert", "--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", str(hf_models / "qwen3"),
+            "--save-dir", str(tmp_path / "mg"), "--target-tensor-parallel-size", "2"]
+    code = f"import sys; from ascend_engine.cli import main; print(main({argv!r}), 'torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split()[-2:] == ["0", "False"], run.stdout + run.stderr
+    assert set(mg_states(tmp_path / "mg")) == {"mp_rank_00", "mp_rank_01"}

@@ -26,7 +26,7 @@ from .hf_config import (check_same_model, family_for, hf_config_from_model, mode
                         score_model_fields)
 from .lora import LoraAdapter
 from .mcore_layout import model_keys
-from .megatron_io import dtype_from_name
+from .dtypes import describe, from_config_name
 from .sources import HFSource, MegatronSource, Unsplit, read_hf_config
 from .writers import write_hf, write_megatron
 
@@ -169,7 +169,7 @@ def convert(cfg: ConvertConfig) -> dict:
     if cfg.loraLoad:
         lora = LoraAdapter(cfg.loraLoad, source.model, cfg.loraR, cfg.loraAlpha, list(cfg.loraTargetModules))
     unsplit = Unsplit(source, lora)
-    dtype = dtype_from_name(cfg.paramsDtype)
+    dtype = from_config_name(cfg.paramsDtype)
     save = Path(cfg.saveDir)
 
     if cfg.saveModelType == "mg":
@@ -199,7 +199,7 @@ def convert(cfg: ConvertConfig) -> dict:
         raise ConvertError(f"{cfg.loraLoad}: adapter modules not in the model, e.g. {unused[0]}")
     if cfg.saveModelType == "hf":
         plan.extend(dry.hf_plan)
-        hf_dtype = _HF_DTYPE.get(cfg.paramsDtype or "", str(dry.hf_plan[0][1]).removeprefix("torch."))
+        hf_dtype = _HF_DTYPE.get(cfg.paramsDtype or "", describe(dry.hf_plan[0][1]).torch)
         config = dict(template) if template else hf_config_from_model(target, family, hf_dtype)
         config = score_model_fields(config, family, target, _tokenizer_pad_id(cfg), "config.json")
         config["dtype"] = hf_dtype

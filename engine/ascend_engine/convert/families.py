@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from ..config.train import ModelConfig
+from .arrays import Rows, dense, stack_rows
 from .errors import ConvertError
 from .mcore_layout import is_extra_state, model_keys, split_expert_key, split_layer_key
-from .tensor_parallel import cat
 
 
 class MappingError(ConvertError):
@@ -71,15 +71,15 @@ class Family:
         return plan
 
 
-def to_mcore(rule: str, tensors: list[torch.Tensor], model: ModelConfig, key: str) -> torch.Tensor:
-    """HF tensors -> one Megatron tensor."""
+def to_mcore(rule: str, tensors: list[np.ndarray], model: ModelConfig, key: str) -> np.ndarray | Rows:
+    """HF tensors -> one Megatron tensor (a fused one as ``Rows`` of the HF tensors' row ranges: no copy)."""
     if rule == "copy":
         return tensors[0]
     if rule == "gate_up":
         gate, up = tensors
         if gate.shape != up.shape:
             raise MappingError(f"{key}: gate {tuple(gate.shape)} and up {tuple(up.shape)} differ in shape")
-        return cat([gate, up], 0)
+        return stack_rows([gate, up])
     if rule == "qkv":
         q, k, v = tensors
         groups, dim = model.num_query_groups, model.head_dim
@@ -90,23 +90,25 @@ def to_mcore(rule: str, tensors: list[torch.Tensor], model: ModelConfig, key: st
                                f"{expect[0]}/{expect[1]}/{expect[2]} ({heads} heads, {groups} query groups, "
                                f"head dim {dim})")
         rest = q.shape[1:]
-        per_group = [q.reshape(groups, heads // groups * dim, *rest), k.reshape(groups, dim, *rest),
-                     v.reshape(groups, dim, *rest)]
-        return cat(per_group, 1).reshape(-1, *rest)
+        q, k, v = q.reshape(groups, heads // groups * dim, *rest), k.reshape(groups, dim, *rest), \
+            v.reshape(groups, dim, *rest)
+        return stack_rows([part for g in range(groups) for part in (q[g], k[g], v[g])])
     raise ValueError(f"unknown rule {rule!r}")
 
 
-def to_hf(rule: str, tensor: torch.Tensor, model: ModelConfig) -> list[torch.Tensor]:
+def to_hf(rule: str, tensor: np.ndarray | Rows, model: ModelConfig) -> list[np.ndarray]:
     """One Megatron tensor -> its HF tensors (inverse of ``to_mcore``)."""
+    tensor = dense(tensor)
     if rule == "copy":
         return [tensor]
     if rule == "gate_up":
-        return list(torch.chunk(tensor, 2, dim=0))
+        return np.split(tensor, 2, axis=0)
     if rule == "qkv":
         groups, dim = model.num_query_groups, model.head_dim
         q_per_group = model.numAttentionHeads // groups * dim
         rest = tensor.shape[1:]
-        q, k, v = torch.split(tensor.reshape(groups, q_per_group + 2 * dim, *rest), [q_per_group, dim, dim], dim=1)
+        q, k, v = np.split(tensor.reshape(groups, q_per_group + 2 * dim, *rest), [q_per_group, q_per_group + dim],
+                           axis=1)
         return [t.reshape(-1, *rest) for t in (q, k, v)]
     raise ValueError(f"unknown rule {rule!r}")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
-import torch
+import numpy as np
 
 from ..config.train import ModelConfig
+from .arrays import dense
 from .errors import ConvertError
 from .megatron_io import MegatronReader
 
@@ -51,7 +52,7 @@ class LoraAdapter:
                                 f"but loraR is {r}")
             self.modules[module + ".weight"] = pair
 
-    def merge(self, key: str, weight: torch.Tensor, meta: bool) -> torch.Tensor:
+    def merge(self, key: str, weight: np.ndarray, meta: bool) -> np.ndarray:
         """``weight`` with the adapter's update added when ``key`` is a targeted weight."""
         pair = self.modules.get(key)
         if pair is None:
@@ -62,7 +63,9 @@ class LoraAdapter:
                             f"{tuple(weight.shape)}")
         if meta:
             return weight
-        return (weight.float() + self.scale * (b.float() @ a.float())).to(weight.dtype)
+        f32, weight = np.float32, dense(weight)
+        update = np.float32(self.scale) * (b.astype(f32) @ a.astype(f32))
+        return (weight.astype(f32) + update).astype(weight.dtype)
 
     def unused(self, keys: set[str]) -> list[str]:
         return sorted(k for k in self.modules if k not in keys)

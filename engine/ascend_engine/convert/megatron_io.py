@@ -11,17 +11,17 @@ import copy
 import re
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from ..checkpoint.layout import MODEL_FILE, RELEASE, checkpoint_file, iteration_dir, rank_dir_name, read_latest
 from ..checkpoint.megatron_args import moe_args, moe_fields_from_args
 from ..config.train import ModelConfig
 from .mcore_layout import expert_to_global, split_expert_key, split_kind, split_layer_key, with_layer
 from .tensor_parallel import merge
-from .torch_file import CheckpointFileError, LazyTensor, LazyTorchFile
+from .dtypes import BFLOAT16, FLOAT16
+from .torch_file import CheckpointFileError, LazyTensor, LazyTorchFile, torch_dtype
 
 CHECKPOINT_VERSION = 3.0
-_DTYPE_NAMES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _normalize(key: str) -> str:
@@ -63,7 +63,7 @@ def model_config_from_args(args: argparse.Namespace, source: str) -> ModelConfig
         raise CheckpointFileError(f"{source}: checkpoint args describe no valid model: {e}") from None
 
 
-def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int], dtype: torch.dtype,
+def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int], dtype: np.dtype,
                     base: argparse.Namespace | None = None, ep: int = 1, vpp: int | None = None) -> argparse.Namespace:
     """The ``args`` of a written checkpoint: the source's (when it had some) with shape and layout updated."""
     args = copy.copy(base) if base is not None else argparse.Namespace()
@@ -82,7 +82,7 @@ def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int
         virtual_pipeline_model_parallel_size=vpp,
         num_layers_per_virtual_pipeline_stage=layer_counts[0] if vpp else None,
         num_layer_list=",".join(map(str, layer_counts)) if uneven else None,
-        params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        params_dtype=torch_dtype(dtype), bf16=dtype == BFLOAT16, fp16=dtype == FLOAT16,
         transformer_impl="local", use_mcore_models=True,
         **moe_args(model), expert_model_parallel_size=ep,
     )
@@ -168,7 +168,7 @@ class MegatronReader:
     def keys(self) -> list[str]:
         return list(self.index)
 
-    def load(self, key: str, meta: bool = False) -> torch.Tensor:
+    def load(self, key: str, meta: bool = False) -> np.ndarray:
         """The whole tensor (merged over TP ranks) for a global key."""
         if key not in self.index:
             raise CheckpointFileError(f"{self.root}: checkpoint has no tensor {key}")
@@ -187,16 +187,13 @@ class MegatronReader:
         return merge([t.load() for t in lazy], kind, key)
 
     @staticmethod
-    def _read_stacked(shards: list[LazyTensor]) -> torch.Tensor:
+    def _read_stacked(shards: list[LazyTensor]) -> np.ndarray:
         """Dim-0 shards read straight into their rows of the whole tensor: no second copy of a big embedding."""
         rows = sum(t.shape[0] for t in shards)
-        out = torch.empty((rows, *shards[0].shape[1:]), dtype=shards[0].dtype)
+        out = np.empty((rows, *shards[0].shape[1:]), dtype=shards[0].dtype)
         start = 0
         for t in shards:
             t.read_into(out[start:start + t.shape[0]])
             start += t.shape[0]
         return out
 
-
-def dtype_from_name(name: str | None) -> torch.dtype | None:
-    return _DTYPE_NAMES[name] if name else None

@@ -7,21 +7,23 @@ tensors will come), writes each shard's header first, then the tensors as they a
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import struct
 from pathlib import Path
 
-import torch
+import numpy as np
 
+from .arrays import meta, raw
+from .dtypes import BY_SAFETENSORS, describe
 from .errors import ConvertError
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
-_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the whole range in with the mmap call
 
 
 class SafetensorsError(ConvertError):
@@ -29,7 +31,7 @@ class SafetensorsError(ConvertError):
 
 
 class _Entry:
-    def __init__(self, path: Path, start: int, end: int, dtype: torch.dtype, shape: tuple[int, ...]):
+    def __init__(self, path: Path, start: int, end: int, dtype: np.dtype, shape: tuple[int, ...]):
         self.path, self.start, self.end, self.dtype, self.shape = path, start, end, dtype, shape
 
 
@@ -48,7 +50,7 @@ def _read_header(path: Path) -> dict[str, _Entry]:
         if name == "__metadata__":
             continue
         try:
-            dtype = _DTYPES[info["dtype"]]
+            dtype = BY_SAFETENSORS[info["dtype"]].numpy
             start, end = info["data_offsets"]
             shape = tuple(info["shape"])
         except (KeyError, TypeError, ValueError) as e:
@@ -94,28 +96,28 @@ class SafetensorsReader:
     def names(self) -> list[str]:
         return list(self.entries)
 
-    def meta(self, name: str) -> torch.Tensor:
+    def meta(self, name: str) -> np.ndarray:
         e = self._entry(name)
-        return torch.empty(e.shape, dtype=e.dtype, device="meta")
+        return meta(e.shape, e.dtype)
 
-    def load(self, name: str) -> torch.Tensor:
-        """The tensor over a private memory map of just its bytes: no zero-filled buffer and no copy; pages
-        come straight from the page cache as they are touched and go when the tensor is dropped."""
+    def load(self, name: str) -> np.ndarray:
+        """The tensor, read-only, over a memory map of just its bytes: no buffer and no copy; the pages are
+        mapped from the page cache in one go (MAP_POPULATE) and unmapped when the array is dropped."""
         e = self._entry(name)
         nbytes = e.end - e.start
         if not nbytes:
-            return torch.empty(e.shape, dtype=e.dtype)
+            return np.empty(e.shape, dtype=e.dtype)
         start = e.start - e.start % mmap.ALLOCATIONGRANULARITY
         try:
             with e.path.open("rb") as f:
                 if os.fstat(f.fileno()).st_size < e.end:
                     raise SafetensorsError(f"{e.path}: truncated while reading {name}")
-                view = mmap.mmap(f.fileno(), e.end - start, mmap.MAP_PRIVATE,
-                                 mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+                view = mmap.mmap(f.fileno(), e.end - start, mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ,
+                                 offset=start)
         except OSError as err:
             raise SafetensorsError(f"{e.path}: cannot read {name} ({err})") from err
-        return torch.frombuffer(view, dtype=e.dtype, count=nbytes // e.dtype.itemsize,
-                                offset=e.start - start).reshape(e.shape)
+        return np.frombuffer(view, dtype=e.dtype, count=nbytes // e.dtype.itemsize,
+                             offset=e.start - start).reshape(e.shape)
 
     def _entry(self, name: str) -> _Entry:
         try:
@@ -124,12 +126,16 @@ class SafetensorsReader:
             raise SafetensorsError(f"{self.directory}: tensor {name} is missing") from None
 
 
-def plan_shards(plan: list[tuple[str, torch.dtype, tuple[int, ...]]], max_bytes: int) -> list[list[int]]:
+def _nbytes(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    return dtype.itemsize * math.prod(shape)
+
+
+def plan_shards(plan: list[tuple[str, np.dtype, tuple[int, ...]]], max_bytes: int) -> list[list[int]]:
     """Group plan entries (kept in order) into shards of at most ``max_bytes`` (a bigger tensor gets its own)."""
     shards: list[list[int]] = [[]]
     size = 0
     for i, (_, dtype, shape) in enumerate(plan):
-        nbytes = dtype.itemsize * int(torch.Size(shape).numel())
+        nbytes = _nbytes(dtype, shape)
         if shards[-1] and size + nbytes > max_bytes:
             shards.append([])
             size = 0
@@ -141,7 +147,7 @@ def plan_shards(plan: list[tuple[str, torch.dtype, tuple[int, ...]]], max_bytes:
 class SafetensorsWriter:
     """Write planned tensors into shards plus ``model.safetensors.index.json`` under ``directory``."""
 
-    def __init__(self, directory: Path, plan: list[tuple[str, torch.dtype, tuple[int, ...]]], max_bytes: int):
+    def __init__(self, directory: Path, plan: list[tuple[str, np.dtype, tuple[int, ...]]], max_bytes: int):
         self.directory, self.plan = directory, plan
         self.groups = plan_shards(plan, max_bytes)
         n = len(self.groups)
@@ -155,15 +161,15 @@ class SafetensorsWriter:
         header, offset = {"__metadata__": {"format": "pt"}}, 0
         for i in self.groups[k]:
             name, dtype, shape = self.plan[i]
-            nbytes = dtype.itemsize * int(torch.Size(shape).numel())
-            header[name] = {"dtype": _NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            nbytes = _nbytes(dtype, shape)
+            header[name] = {"dtype": describe(dtype).safetensors, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned, as safetensors writes it
         self._f = (self.directory / self.files[k]).open("wb")
         self._f.write(struct.pack("<Q", len(raw)) + raw)
 
-    def add(self, name: str, tensor: torch.Tensor) -> None:
+    def add(self, name: str, tensor: np.ndarray) -> None:
         i = self._next
         expect = self.plan[i] if i < len(self.plan) else None
         if expect is None or expect[0] != name or expect[1] != tensor.dtype or tuple(tensor.shape) != expect[2]:
@@ -172,9 +178,8 @@ class SafetensorsWriter:
         if i == self.groups[k][0]:
             self._close_file()
             self._open(k)
-        data = tensor.contiguous().view(torch.uint8).reshape(-1).numpy() if tensor.numel() else b""
-        self._f.write(memoryview(data))
-        self.bytes_written += tensor.numel() * tensor.element_size()
+        self._f.write(raw(tensor))
+        self.bytes_written += tensor.nbytes
         self._next += 1
 
     def _close_file(self) -> None:
@@ -188,7 +193,7 @@ class SafetensorsWriter:
         if self._next != len(self.plan):
             raise RuntimeError(f"safetensors writer: {self._next} of {len(self.plan)} planned tensors written")
         self._close_file()
-        total = sum(dtype.itemsize * int(torch.Size(shape).numel()) for _, dtype, shape in self.plan)
+        total = sum(_nbytes(dtype, shape) for _, dtype, shape in self.plan)
         index = {"metadata": {"total_size": total},
                  "weight_map": {name: self.files[self._shard_of[i]] for i, (name, _, _) in enumerate(self.plan)}}
         (self.directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")

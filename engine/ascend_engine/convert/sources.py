@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from ..config.train import ModelConfig
 from .families import Family, MappingError, to_mcore
@@ -56,7 +56,7 @@ class HFSource:
     def keys(self) -> list[str]:
         return list(self.plan)
 
-    def load(self, key: str, meta: bool = False) -> torch.Tensor:
+    def load(self, key: str, meta: bool = False) -> np.ndarray:
         rule, _, names = self.plan[key]
         tensors = [self.reader.meta(n) if meta else self.reader.load(n) for n in names]
         return to_mcore(rule, tensors, self.model, key)
@@ -75,7 +75,7 @@ class MegatronSource:
     def keys(self) -> list[str]:
         return self.reader.keys()
 
-    def load(self, key: str, meta: bool = False) -> torch.Tensor:
+    def load(self, key: str, meta: bool = False) -> np.ndarray:
         return self.reader.load(key, meta)
 
 
@@ -86,7 +86,7 @@ class Unsplit:
         self.source, self.lora = source, lora
         self.model: ModelConfig = source.model
 
-    def get(self, key: str, meta: bool) -> torch.Tensor:
+    def get(self, key: str, meta: bool) -> np.ndarray:
         tied = key == OUTPUT and not self.model.untieEmbeddingsAndOutputWeights
         tensor = self.source.load(EMBEDDING if tied else key, meta)
         return self.lora.merge(key, tensor, meta) if self.lora else tensor

@@ -1,10 +1,14 @@
-"""Stream ``torch.save`` files in and out one tensor at a time.
+"""Stream ``torch.save`` files in and out one tensor at a time, without importing torch.
 
 A Megatron rank file (``model_optim_rng.pt``) holds a whole pipeline stage, so ``torch.load`` / ``torch.save``
-would hold it all in memory. The file is a zip archive: ``data.pkl`` (the pickled object, whose tensors refer
-to storages by key) plus one ``data/<key>`` record per storage. Here tensors are written as records the moment
-they are produced and ``data.pkl`` is written last; reading unpickles ``data.pkl`` into ``LazyTensor``
-placeholders that read their record only when asked. The files are ordinary ``torch.load``-able checkpoints.
+would hold it all in memory, and importing torch alone costs more CPU than copying a gigabyte. The file is a zip
+archive: ``data.pkl`` (the pickled object, whose tensors refer to storages by key) plus one ``data/<key>``
+record per storage, each record's data 64-byte aligned as torch writes it. Here the records are written the
+moment the tensors are produced (by a thread pool, each at an offset reserved up front, CRC-32 computed on the
+same thread: zlib and the write release the GIL) and ``data.pkl`` is pickled last, naming torch's classes by
+name (``TorchGlobal``). Reading unpickles ``data.pkl`` into ``LazyTensor`` placeholders that read their record
+only when asked. The files are ordinary, fully checksummed ``torch.load``-able checkpoints (zip64 when a record
+or the file passes 4 GiB).
 """
 from __future__ import annotations
 
@@ -14,35 +18,57 @@ import os
 import pickle
 import struct
 import sys
+import threading
 import zipfile
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
+from zlib_ng import zlib_ng  # zlib's CRC-32, 8-10x faster (SIMD): at zlib's speed the checksums cost more than the copy
 
+from .arrays import Rows, meta, nbytes, raw
+from .dtypes import BY_STORAGE, BY_TORCH, describe
 from .errors import ConvertError
+
+ALIGNMENT = 64  # torch's record alignment (what ``torch.load(mmap=True)`` relies on)
+ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets from here on need zip64 fields
+_IN_ZIP64 = 0xFFFFFFFF  # what the 32-bit field then says
+
+
+def _field(value: int) -> int:
+    return _IN_ZIP64 if value >= ZIP64_LIMIT else value
+IN_FLIGHT_BYTES = 128 << 20  # tensor bytes queued for writing, over all writers (bounds the peak memory)
 
 
 class CheckpointFileError(ConvertError):
     """A torch checkpoint file that cannot be read."""
 
 
-def _storage_type(dtype: torch.dtype):
-    """The legacy typed-storage class (``torch.FloatStorage``...) that torch.load uses to learn the dtype."""
-    return getattr(torch, torch.storage._dtype_to_storage_type_map()[dtype])
+@dataclass(frozen=True)
+class TorchGlobal:
+    """A torch object known by its name only (``torch.bfloat16``, ``torch.BFloat16Storage``): it unpickles from
+    and pickles to the same global, so checkpoint ``args`` survive a conversion without torch."""
+    module: str
+    name: str
+
+    def __call__(self, *args):  # pickle only checks that a reduce function is callable; nothing calls it here
+        raise TypeError(f"{self.module}.{self.name} is a name only (the converter runs without torch)")
 
 
-# "FloatStorage" -> torch.float32: what a pickled storage class means, without touching deprecated classes.
-_STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+_REBUILD = TorchGlobal("torch._utils", "_rebuild_tensor_v2")
+
+
+def torch_dtype(dtype: np.dtype) -> TorchGlobal:
+    """What ``torch.<dtype>`` pickles as (e.g. the ``params_dtype`` in Megatron's args)."""
+    return TorchGlobal("torch", describe(dtype).torch)
 
 
 @dataclass
 class _StorageRef:
     key: str
-    dtype: torch.dtype
+    dtype: np.dtype
     numel: int
 
 
@@ -57,111 +83,163 @@ class _SavedTensor:
         for n in reversed(self.shape):
             stride.append(acc)
             acc *= n
-        return (torch._utils._rebuild_tensor_v2,
-                (self.storage, 0, torch.Size(self.shape), tuple(reversed(stride)), False, collections.OrderedDict()))
+        return (_REBUILD, (self.storage, 0, tuple(self.shape), tuple(reversed(stride)), False,
+                           collections.OrderedDict()))
 
 
-class _Pickler(pickle.Pickler):
+class _Pickler(pickle._Pickler):
+    """The pure-Python pickler, taught to write ``TorchGlobal`` as the global it names."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def _save_torch_global(self, obj: TorchGlobal) -> None:
+        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode())
+        self.memoize(obj)
+
+    dispatch[TorchGlobal] = _save_torch_global
+
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRef):
-            return ("storage", _storage_type(obj.dtype), obj.key, "cpu", obj.numel)
+            return ("storage", TorchGlobal("torch", describe(obj.dtype).storage), obj.key, "cpu", obj.numel)
         return None
 
 
-class StreamingTorchWriter:
-    """``add(tensor)`` writes the data now and returns a placeholder to put in the object;
-    ``close(obj)`` pickles the object (with placeholders) as ``data.pkl``.
+def _local_header(name: bytes, offset: int, size: int, crc: int) -> bytes:
+    """A stored entry's local header, sizes inline (zip64 past 4 GiB), padded so the data starts aligned."""
+    zip64 = struct.pack("<HHQQ", 1, 16, size, size) if size >= ZIP64_LIMIT else b""
+    start = offset + 30 + len(name) + len(zip64) + 4
+    padding = -start % ALIGNMENT
+    extra = zip64 + b"FB" + struct.pack("<H", padding) + b"Z" * padding
+    return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 45 if zip64 else 20, 0x800, 0, 0, 0x21, crc, _field(size),
+                       _field(size), len(name), len(extra)) + name + extra
 
-    torch's zip writer would checksum every record inline, holding the GIL: that costs as much as the write
-    itself. Here it writes without checksums, the CRC-32 of each tensor is computed on a thread (zlib releases
-    the GIL) while the next one is written, and ``close`` patches the CRCs into the finished archive, so the
-    file is the ordinary, fully checksummed zip that ``torch.save`` writes.
-    """
+
+def _central_entry(name: bytes, offset: int, size: int, crc: int) -> bytes:
+    fields = ([size, size] if size >= ZIP64_LIMIT else []) + ([offset] if offset >= ZIP64_LIMIT else [])
+    extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
+    version = 45 if fields else 20
+    return struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", version, version, 0x800, 0, 0, 0x21, crc,
+                       _field(size), _field(size), len(name), len(extra), 0, 0, 0, 0, _field(offset)) + name + extra
+
+
+def _end_records(count: int, start: int, size: int) -> bytes:
+    """End of central directory (with the zip64 end record and locator in front when anything is past 4 GiB)."""
+    if count < 0xFFFF and start + size < ZIP64_LIMIT:
+        return struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, count, count, size, start, 0)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, _IN_ZIP64, _IN_ZIP64, 0)
+    zip64_end = struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, start)
+    locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, start + size, 1)
+    return zip64_end + locator + end
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while len(data):
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+class StreamingTorchWriter:
+    """``add(array)`` queues the tensor's record and returns a placeholder to put in the object;
+    ``close(obj)`` waits for the records, pickles the object (with placeholders) as ``data.pkl`` and ends the
+    archive. Records go to the file in parallel (each at its reserved offset), at most ``IN_FLIGHT_BYTES`` of
+    them held at a time."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._zip = torch._C.PyTorchFileWriter(str(self.path), False)
-        self._next = 0
-        self._crcs: dict[str, Future] = {}
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._folder = self.path.name.rsplit(".", 1)[0]  # torch names the archive's folder after the file
+        self._end = 0
+        self._tensors = 0
+        self._entries: list[tuple[bytes, int, int, Future | int]] = []  # name, offset, size, crc
         self.bytes_written = 0
 
-    def add(self, tensor: torch.Tensor) -> _SavedTensor:
-        tensor = tensor.detach().to("cpu").contiguous()
-        key = str(self._next)
-        self._next += 1
-        nbytes = tensor.numel() * tensor.element_size()
-        # A slice of the storage shares its memory: a TP chunk of a bigger tensor is written without a copy.
-        start = tensor.storage_offset() * tensor.element_size()
-        self._zip.write_record(f"data/{key}", tensor.untyped_storage()[start:start + nbytes], nbytes)
-        self._crcs[f"data/{key}"] = _checksums().submit(_crc32, tensor)
-        self.bytes_written += nbytes
-        return _SavedTensor(_StorageRef(key, tensor.dtype, tensor.numel()), tuple(tensor.shape))
+    def _reserve(self, record: str, size: int) -> tuple[bytes, int, int]:
+        name = f"{self._folder}/{record}".encode()
+        offset = self._end
+        header_size = len(_local_header(name, offset, size, 0))
+        self._end = offset + header_size + size
+        return name, offset, header_size
+
+    def add(self, array: np.ndarray | Rows) -> _SavedTensor:
+        key = str(self._tensors)
+        self._tensors += 1
+        size = nbytes(array)
+        name, offset, header_size = self._reserve(f"data/{key}", size)
+        _IN_FLIGHT.take(size)
+        future = _pool().submit(self._write_record, name, offset, header_size, array)
+        future.add_done_callback(lambda _: _IN_FLIGHT.give(size))
+        self._entries.append((name, offset, size, future))
+        self.bytes_written += size
+        return _SavedTensor(_StorageRef(key, array.dtype, array.size), tuple(array.shape))
+
+    def _write_record(self, name: bytes, offset: int, header_size: int, data) -> int:
+        """Data first (part by part for ``Rows``, each made contiguous only when it is not), the header with the
+        finished CRC-32 last."""
+        parts = [data] if isinstance(data, bytes) else data.parts if isinstance(data, Rows) else [data]
+        crc, at = 0, offset + header_size
+        for part in parts:
+            view = memoryview(part) if isinstance(part, bytes) else raw(part)
+            crc = zlib_ng.crc32(view, crc)
+            _pwrite_all(self._fd, view, at)
+            at += len(view)
+        header = _local_header(name, offset, at - offset - header_size, crc)
+        assert len(header) == header_size
+        _pwrite_all(self._fd, memoryview(header), offset)
+        return crc
+
+    def _add_small(self, record: str, data: bytes) -> None:
+        name, offset, header_size = self._reserve(record, len(data))
+        self._entries.append((name, offset, len(data), self._write_record(name, offset, header_size, data)))
 
     def close(self, obj: Any) -> None:
-        buf = io.BytesIO()
-        _Pickler(buf, protocol=2).dump(obj)
-        data = buf.getvalue()
-        self._zip.write_record("data.pkl", data, len(data))
-        self._zip.write_record(".format_version", "1", 1)
-        self._zip.write_record("byteorder", sys.byteorder, len(sys.byteorder))
-        self._zip.write_end_of_file()
-        self._zip = None
-        _patch_crcs(self.path, {name: future.result() for name, future in self._crcs.items()})
-        self._crcs.clear()
+        try:
+            for entry in self._entries:
+                if isinstance(entry[3], Future):
+                    entry[3].result()
+            buf = io.BytesIO()
+            _Pickler(buf, protocol=2).dump(obj)
+            self._add_small("data.pkl", buf.getvalue())
+            self._add_small(".format_version", b"1")
+            self._add_small(".storage_alignment", str(ALIGNMENT).encode())
+            self._add_small("byteorder", sys.byteorder.encode())
+            self._add_small("version", b"3\n")
+            directory = b"".join(_central_entry(name, offset, size, crc if isinstance(crc, int) else crc.result())
+                                 for name, offset, size, crc in self._entries)
+            _pwrite_all(self._fd, memoryview(directory + _end_records(len(self._entries), self._end,
+                                                                      len(directory))), self._end)
+        finally:
+            os.close(self._fd)
 
 
-def _crc32(tensor: torch.Tensor) -> int:
-    return zlib.crc32(tensor.view(torch.uint8).reshape(-1).numpy()) if tensor.numel() else 0
+class _ByteBudget:
+    """At most ``limit`` bytes taken at once (a single bigger request is let through alone)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+        self._cond = threading.Condition()
+
+    def take(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
+_IN_FLIGHT = _ByteBudget(IN_FLIGHT_BYTES)
 _POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
-def _checksums() -> ThreadPoolExecutor:
+def _pool() -> ThreadPoolExecutor:
     global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="crc32")
-    return _POOL
-
-
-_LOCAL_HEADER, _CENTRAL_HEADER = b"PK\x03\x04", b"PK\x01\x02"
-
-
-def _patch_crcs(path: Path, known: dict[str, int]) -> None:
-    """Write the CRC-32 of every record into its local header and its central directory entry. ``known`` holds
-    the tensors' CRCs by record name (without the archive's folder); the few small records torch adds itself
-    (``data.pkl``, ``version``, ``.data/serialization_id``...) are read back and checksummed here."""
-    with zipfile.ZipFile(path) as archive:
-        infos = archive.infolist()
-        central = archive.start_dir
-    with path.open("r+b") as f:
-        crcs = []
-        for info in infos:
-            name = info.filename.split("/", 1)[1] if "/" in info.filename else info.filename
-            if name in known:
-                crcs.append(known[name])
-                continue
-            f.seek(info.header_offset + 26)
-            name_len, extra_len = struct.unpack("<HH", f.read(4))
-            f.seek(info.header_offset + 30 + name_len + extra_len)
-            crcs.append(zlib.crc32(f.read(info.file_size)))
-        for info, crc in zip(infos, crcs):
-            f.seek(info.header_offset)
-            if f.read(4) != _LOCAL_HEADER:
-                raise CheckpointFileError(f"{path}: no local header for {info.filename} at {info.header_offset}")
-            f.seek(info.header_offset + 14)
-            f.write(struct.pack("<I", crc))
-        f.seek(central)
-        directory = bytearray(f.read())
-        at = 0
-        for crc in crcs:
-            if directory[at:at + 4] != _CENTRAL_HEADER:
-                raise CheckpointFileError(f"{path}: malformed central directory at {central + at}")
-            struct.pack_into("<I", directory, at + 16, crc)
-            name_len, extra_len, comment_len = struct.unpack_from("<HHH", directory, at + 28)
-            at += 46 + name_len + extra_len + comment_len
-        f.seek(central)
-        f.write(directory)
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="record")
+        return _POOL
 
 
 class LazyTensor:
@@ -172,30 +250,41 @@ class LazyTensor:
         self.shape, self.stride = tuple(size), tuple(stride)
         self.dtype = storage.dtype
 
-    def meta(self) -> torch.Tensor:
-        return torch.empty(self.shape, dtype=self.dtype, device="meta")
+    def meta(self) -> np.ndarray:
+        return meta(self.shape, self.dtype)
 
     @property
     def contiguous(self) -> bool:
-        return self.offset == 0 and self.stride == tuple(torch.empty(self.shape, device="meta").stride())
+        expect, acc = [], 1
+        for n in reversed(self.shape):
+            expect.append(acc)
+            acc *= n
+        return self.offset == 0 and (self.stride == tuple(reversed(expect)) or acc <= 1)
 
-    def load(self) -> torch.Tensor:
-        out = torch.empty(self.shape, dtype=self.dtype)
-        if self.contiguous and out.numel() == self.storage.numel:
+    def load(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        if self.contiguous and out.size == self.storage.numel:
             self.read_into(out)
             return out
-        flat = torch.empty(self.storage.numel, dtype=self.dtype)
+        flat = np.empty(self.storage.numel, dtype=self.dtype)
         self.read_into(flat)
-        return flat.as_strided(self.shape, self.stride, self.offset).clone()
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(flat[self.offset:], self.shape,
+                                               tuple(s * item for s in self.stride)).copy()
 
-    def read_into(self, out: torch.Tensor) -> None:
-        """Fill a contiguous tensor with this record's bytes, straight from the file (no intermediate copy)."""
-        self.reader.read_record(self.storage.key, out.view(torch.uint8).reshape(-1).numpy() if out.numel() else None,
-                                self.storage.numel * torch._utils._element_size(self.dtype))
+    def read_into(self, out: np.ndarray) -> None:
+        """Fill a contiguous array with this record's bytes, straight from the file (no intermediate copy)."""
+        self.reader.read_record(self.storage.key, out.reshape(-1).view(np.uint8) if out.size else None,
+                                self.storage.numel * self.dtype.itemsize)
+
+
+# Modules whose globals a checkpoint may name and that are safe and cheap to import (argparse.Namespace...).
+_STDLIB_MODULES = {"builtins", "collections", "argparse", "copyreg", "_codecs", "datetime", "enum", "types",
+                   "pathlib", "posixpath"}
 
 
 class LazyTorchFile:
-    """Unpickle a torch zip checkpoint without reading tensor data."""
+    """Unpickle a torch zip checkpoint without reading tensor data (and without torch)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -208,21 +297,25 @@ class LazyTorchFile:
         if len(pkl) != 1:
             raise CheckpointFileError(f"{self.path}: no data.pkl record (not a torch zip checkpoint)")
         self._prefix = pkl[0][: -len("data.pkl")]
-        self._names = set(names)
         reader = self
 
         class _Unpickler(pickle.Unpickler):
             def find_class(self, module, name):
-                if module == "torch._utils" and name == "_rebuild_tensor_v2":
+                if (module, name) == (_REBUILD.module, _REBUILD.name):
                     return lambda storage, offset, size, stride, *rest: LazyTensor(reader, storage, offset, size,
                                                                                    stride)
-                if module in ("torch", "torch.storage") and name in _STORAGE_DTYPES:
-                    return _STORAGE_DTYPES[name]
-                return super().find_class(module, name)
+                if module in ("torch", "torch.storage") and (name in BY_STORAGE or name == "UntypedStorage"
+                                                             or name in BY_TORCH):
+                    return TorchGlobal("torch", name)
+                if module == "torch" and name == "Size":
+                    return tuple
+                return super().find_class(module, name)  # anything else (megatron's enums...) imports as usual
 
             def persistent_load(self, pid):
                 _, storage_type, key, _location, numel = pid
-                dtype = storage_type if isinstance(storage_type, torch.dtype) else torch.uint8  # UntypedStorage
+                name = storage_type.name if isinstance(storage_type, TorchGlobal) else ""
+                dtype = BY_STORAGE[name].numpy if name in BY_STORAGE else (
+                    BY_TORCH[name].numpy if name in BY_TORCH else np.dtype(np.uint8))  # UntypedStorage: bytes
                 return _StorageRef(str(key), dtype, int(numel))
 
         try:

@@ -10,18 +10,19 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from ..checkpoint.layout import checkpoint_file
 from ..config.train import ModelConfig
 from ..telemetry import Progress
+from .arrays import Rows, is_meta, meta as meta_array, nbytes, stack_rows
 from .families import Family, to_hf
 from .mcore_layout import (EMBEDDING, OUTPUT, expert_to_local, is_extra_state, model_keys, split_kind,
                            split_layer_key, stage_keys)
 from .megatron_io import CHECKPOINT_VERSION, checkpoint_args
 from .safetensors_io import SafetensorsWriter
 from .sources import Unsplit
-from .tensor_parallel import cat, split
+from .tensor_parallel import split
 from .torch_file import StreamingTorchWriter
 
 
@@ -32,19 +33,21 @@ class Totals:
     hf_plan: list = field(default_factory=list)  # (name, dtype, shape) in write order, from the meta pass
 
 
-def fit_vocab(tensor: torch.Tensor, rows: int) -> torch.Tensor:
+def fit_vocab(tensor: np.ndarray, rows: int) -> np.ndarray | Rows:
     """Trim padding rows, or pad by repeating the last row (as Megatron-LM's converters do: a padded logit then
     equals a real one and never wins a greedy argmax on its own)."""
     if tensor.shape[0] >= rows:
         return tensor[:rows]
-    return cat([tensor, tensor[-1:].expand(rows - tensor.shape[0], *tensor.shape[1:])], 0)
+    return stack_rows([tensor, np.broadcast_to(tensor[-1:], (rows - tensor.shape[0], *tensor.shape[1:]))])
 
 
-def _prepare(unsplit: Unsplit, key: str, rows: int, dtype: torch.dtype | None, meta: bool) -> torch.Tensor:
+def _prepare(unsplit: Unsplit, key: str, rows: int, dtype: np.dtype | None, meta: bool) -> np.ndarray | Rows:
     tensor = unsplit.get(key, meta)
     if key in (EMBEDDING, OUTPUT):
         tensor = fit_vocab(tensor, rows)
-    return tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor
+    if dtype is None or tensor.dtype == dtype:
+        return tensor
+    return meta_array(tensor.shape, dtype) if is_meta(tensor) else tensor.astype(dtype)
 
 
 def _local(key: str, offset: int) -> str:
@@ -53,7 +56,7 @@ def _local(key: str, offset: int) -> str:
 
 
 def write_megatron(unsplit: Unsplit, target: ModelConfig, root: Path, iteration, tp: int, layer_counts: list[int],
-                   dtype: torch.dtype | None, base_args: argparse.Namespace | None, meta: bool,
+                   dtype: np.dtype | None, base_args: argparse.Namespace | None, meta: bool,
                    progress: Progress | None = None, ep: int = 1, vpp: int | None = None) -> Totals:
     """``root/iter_*/mp_rank_*/model_optim_rng.pt`` for every (TP, PP, EP) rank; returns counts.
 
@@ -96,7 +99,7 @@ def write_megatron(unsplit: Unsplit, target: ModelConfig, root: Path, iteration,
                     for e, name in owners.items():
                         states[(t, e)][name] = shard if meta else writers[(t, e)].add(shard)
                         totals.tensors += 1
-                        totals.bytes += shard.numel() * shard.element_size()
+                        totals.bytes += nbytes(shard)
             if progress and layer is not None and count:
                 progress.update(1, f"layer {layer}")
         for rank, writer in writers.items():
@@ -112,7 +115,7 @@ def _rank_file(root: Path, iteration, tp_rank: int, pp_rank: int, pp: int, ep_ra
     return path
 
 
-def write_hf(unsplit: Unsplit, target: ModelConfig, family: Family, directory: Path, dtype: torch.dtype | None,
+def write_hf(unsplit: Unsplit, target: ModelConfig, family: Family, directory: Path, dtype: np.dtype | None,
              max_shard_bytes: int, meta: bool, plan: list | None = None, progress: Progress | None = None) -> Totals:
     """Safetensors shards and their index; ``plan`` is the meta pass's ``Totals.hf_plan``."""
     totals = Totals()
@@ -134,7 +137,7 @@ def write_hf(unsplit: Unsplit, target: ModelConfig, family: Family, directory: P
             else:
                 writer.add(name, part)
             totals.tensors += 1
-            totals.bytes += part.numel() * part.element_size()
+            totals.bytes += nbytes(part)
     if progress and layer is not None:
         progress.update(1, f"layer {layer}")
     if writer:
