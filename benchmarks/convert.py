@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -150,6 +151,20 @@ def megatron_copy(megatron: Path, work: Path) -> Path:
     return peer
 
 
+def _layers(hf: Path) -> int | None:
+    try:
+        return json.loads((hf / "config.json").read_text())["num_hidden_layers"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _header(path: Path) -> dict:
+    with path.open("rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    header.pop("__metadata__", None)
+    return header
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", help="scratch folder (default: a temporary one, removed afterwards)")
@@ -165,10 +180,12 @@ def main() -> None:
     hf = work / "hf"
     try:
         t0 = time.perf_counter()
-        # Made in a child: a child's peak RSS starts from its parent's at fork, so this process stays small.
-        made = subprocess.run([sys.executable, __file__, "--make-only", str(hf), "--layers", str(opts.layers)],
-                              check=True, capture_output=True, text=True)
-        params = int(made.stdout.split()[-1])
+        if _layers(hf) != opts.layers:  # a --workdir from an earlier run keeps its model
+            shutil.rmtree(hf, ignore_errors=True)
+            # Made in a child: a child's peak RSS starts from its parent's at fork, so this process stays small.
+            subprocess.run([sys.executable, __file__, "--make-only", str(hf), "--layers", str(opts.layers)],
+                           check=True, capture_output=True, text=True)
+        params = sum(math.prod(e["shape"]) for f in hf.glob("*.safetensors") for e in _header(f).values())
         size = folder_bytes(hf)
         print(f"model: {params / 1e9:.2f}B parameters, {size / 1e9:.2f} GB bf16 safetensors, {opts.layers} layers "
               f"(made in {time.perf_counter() - t0:.0f} s); {os.cpu_count()} CPUs, load average "

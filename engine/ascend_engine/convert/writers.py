@@ -69,7 +69,7 @@ def write_megatron(unsplit: Unsplit, target: ModelConfig, root: Path, iteration,
     pp = stages // chunks
     starts = [sum(layer_counts[:v]) for v in range(stages)]
     padded = target.padded_vocab_size(tp)
-    first_dtype = dtype or unsplit.get(EMBEDDING, meta=True).dtype
+    first_dtype = dtype if dtype is not None else unsplit.get(EMBEDDING, meta=True).dtype
     args = checkpoint_args(target, tp, pp, layer_counts, first_dtype, base_args, ep, vpp)
     iteration_number = 0 if iteration == "release" else int(iteration)
     ranks = [(t, e) for e in range(ep) for t in range(tp)]
