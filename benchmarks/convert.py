@@ -1,8 +1,9 @@
 """HF -> Megatron-core conversion against a plain copy of the same files and against Megatron-LM's converter.
 
 A random TinyLlama-shaped bf16 model (hidden 2048, 32 heads, 4 query groups, ffn 5632, vocab 32000, untied
-output) is made on the spot: 10 layers are 1.14 GB, 40 layers 3.8 GB (``--layers``). Then, interleaved for
-``--rounds`` rounds, each contender in its own process (so its peak RSS is its own):
+output) is made on the spot: 10 layers are 1.14 GB, 110 layers 9.95 GB (``--layers``; a ``--workdir`` keeps it
+for the next run). Then, interleaved for ``--rounds`` rounds, each contender in its own process (so its peak RSS
+is its own):
 
 - ``cp -r`` of the HF folder (the physical limit: read and write the same bytes once);
 - ``ascend-engine convert`` hf -> mg at TP1 PP1 and at TP2 PP2;
