@@ -5,8 +5,12 @@ Megatron-LM, MindSpeed-LLM and their converters read the model shape and paralle
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..config.train import ModelConfig, TrainConfig
+from ..config.model import ModelConfig
+
+if TYPE_CHECKING:  # only annotations: a conversion never builds the training configs
+    from ..config.train import TrainConfig
 
 # ModelConfig's MoE fields under Megatron-LM's args names (MindSpeed-LLM reads the same).
 _MOE_ARGS = {

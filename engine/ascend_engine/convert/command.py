@@ -18,7 +18,7 @@ from pathlib import Path
 from ..checkpoint.layout import iteration_dir, write_latest
 from ..config.convert import ConvertConfig
 from ..config.loader import ConfigError, add_flags, build_config
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from ..telemetry import Progress, report_result
 from .errors import ConvertError
 from .families import FAMILIES, Family

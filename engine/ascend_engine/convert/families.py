@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from .arrays import Rows, dense, stack_rows
 from .errors import ConvertError
 from .mcore_layout import is_extra_state, model_keys, split_expert_key, split_layer_key

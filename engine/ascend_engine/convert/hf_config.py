@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from .families import FAMILIES, Family, MappingError
 
 # config.json "model_type" -> the features Megatron needs that the type implies

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from .arrays import dense
 from .errors import ConvertError
 from .megatron_io import MegatronReader

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 
 EMBEDDING = "embedding.word_embeddings.weight"
 POSITION_EMBEDDING = "embedding.position_embeddings.weight"

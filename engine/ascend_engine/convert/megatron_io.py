@@ -15,7 +15,7 @@ import numpy as np
 
 from ..checkpoint.layout import MODEL_FILE, RELEASE, checkpoint_file, iteration_dir, rank_dir_name, read_latest
 from ..checkpoint.megatron_args import moe_args, moe_fields_from_args
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from .mcore_layout import expert_to_global, split_expert_key, split_kind, split_layer_key, with_layer
 from .tensor_parallel import merge
 from .dtypes import BFLOAT16, FLOAT16

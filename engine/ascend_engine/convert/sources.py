@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from .families import Family, MappingError, to_mcore
 from .hf_config import family_for, model_config_from_hf
 from .lora import LoraAdapter

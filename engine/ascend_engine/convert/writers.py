@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint.layout import checkpoint_file
-from ..config.train import ModelConfig
+from ..config.model import ModelConfig
 from ..telemetry import Progress
 from .arrays import Rows, is_meta, meta as meta_array, nbytes, stack_rows
 from .families import Family, to_hf
