@@ -30,6 +30,13 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def no_stamps(tmp_path, monkeypatch):
+    """Every test checks the merges itself: stamps of passed checks go to a fresh cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "ascend-engine" / "exact-bpe"
+
+
 def soup(n: int) -> list[str]:
     """Random strings over ASCII, Latin-1, Greek, CJK, emoji, combining marks and odd whitespace."""
     rng = random.Random(7)
@@ -64,7 +71,7 @@ def tiktoken_shaped(request, tmp_path_factory, tokenizer_dir) -> Path:
     return directory
 
 
-def test_tiktoken_gives_the_tokenizers_ids(tiktoken_shaped):
+def test_tiktoken_gives_the_tokenizers_ids(tiktoken_shaped, no_stamps):
     from transformers import AutoTokenizer
 
     from ascend_engine.prep.encode import TextEncoder
@@ -74,14 +81,17 @@ def test_tiktoken_gives_the_tokenizers_ids(tiktoken_shaped):
     assert encode.bpe == "tiktoken"
     texts = TEXTS + soup(400)
     assert encode(texts) == [tok(t).input_ids for t in texts]
+    assert len(list(no_stamps.iterdir())) == 1  # the next load of this tokenizer skips the merge checks
+    assert TextEncoder(tok)(texts) == encode(texts)
 
 
-def test_other_tokenizers_keep_the_huggingface_bpe(tokenizer):
+def test_other_tokenizers_keep_the_huggingface_bpe(tokenizer, no_stamps):
     from ascend_engine.prep.encode import TextEncoder
 
     encode = TextEncoder(tokenizer)  # trained merges: not every split of a token is a merge
     assert encode.bpe == "huggingface (merges do not hold every split of every token)"
     assert encode(TEXTS) == [tokenizer(t).input_ids for t in TEXTS]
+    assert not no_stamps.exists()
 
 
 def test_same_bytes_for_any_worker_count_and_either_bpe(tmp_path, tiktoken_shaped):
