@@ -5,7 +5,9 @@
 Generated pretraining jsonl, ``--append-eod``, every worker count; the contenders run interleaved (copy, ours
 w1, Megatron w1, ours w2, ...) for ``--rounds`` rounds, each in its own process. Prints median and spread of
 wall and CPU seconds, ratios, peak RSS, whether ours and Megatron's ``.bin``/``.idx`` are byte-identical and
-whether every worker count wrote the same bytes.
+whether every worker count wrote the same bytes. Ours starts with an empty cache (``XDG_CACHE_HOME`` in the work
+directory): its first run checks the tokenizer's merges for the tiktoken path (``ascend_engine/prep/bpe.py``),
+later runs find the stamp that check left.
 
 The text is real prose, nothing downloaded: documents of 3-40 paragraphs taken in a row from a shuffled list of
 the docstrings and comment blocks of this Python's standard library (~19000 paragraphs, 2.5 M characters), and
@@ -158,7 +160,8 @@ def main() -> int:
             f"ascend-engine preprocess w{w}",
             lambda r, w=w: [sys.executable, "-m", "ascend_engine", "preprocess", "--input", str(data),
                             "--tokenizer-name-or-path", str(tokenizer), "--output-prefix", str(out(f"ours-w{w}")),
-                            "--workers", str(w), "--append-eod"], fresh(f"ours-w{w}")))
+                            "--workers", str(w), "--append-eod"], fresh(f"ours-w{w}"),
+            env=dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))))
         if args.megatron_lm:
             peer = args.megatron_lm.resolve()
             contenders.append(Contender(
@@ -180,7 +183,9 @@ def main() -> int:
         files = [out(f"ours-w{w}").with_name(f"p_text_document.{ext}") for ext in ("bin", "idx")]
         same_as_w1 = [sha256(f) for f in files] == [
             sha256(out(f"ours-w{args.workers[0]}").with_name(f.name)) for f in files]
-        line = f"workers {w}: ours {ours.median:.1f} s, identical to workers {args.workers[0]}: {same_as_w1}"
+        bpe = json.loads(out(f"ours-w{w}").with_name("p_manifest.json").read_text())["bpe"]
+        line = (f"workers {w}: ours ({bpe} BPE) {ours.median:.1f} s, identical to workers {args.workers[0]}: "
+                f"{same_as_w1}")
         if args.megatron_lm:
             peer = by_name[f"Megatron-LM preprocess_data w{w}"]
             identical = all(sha256(f) == sha256(out(f"megatron-w{w}").with_name(f.name)) for f in files)
