@@ -45,15 +45,18 @@ def soup(n: int) -> list[str]:
     return ["".join(chr(rng.randint(*rng.choice(ranges))) for _ in range(rng.randint(1, 60))) for _ in range(n)]
 
 
-@pytest.fixture(scope="module", params=["qwen2", "gpt2"])
+@pytest.fixture(scope="module", params=["qwen2", "gpt2", "trained"])
 def tiktoken_shaped(request, tmp_path_factory, tokenizer_dir) -> Path:
-    """The test tokenizer's vocabulary as tiktoken ranks, converted back as transformers converts tiktoken
-    files (every split a merge, merges in rank order): Qwen2's layout (NFC, split regex, merges run even on
-    whole-token words) or GPT-2's (ByteLevel's own regex)."""
+    """Byte-level BPEs that tiktoken may run: the test tokenizer as trained (one merge per token), or its
+    vocabulary as tiktoken ranks converted back as transformers converts tiktoken files (every split a merge,
+    merges in rank order) in Qwen2's layout (NFC, split regex, merges run even on whole-token words) or GPT-2's
+    (ByteLevel's own regex, whole-token words kept whole)."""
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
 
+    if request.param == "trained":
+        return tokenizer_dir
     decode = {c: b for b, c in bytes_to_unicode().items()}
     vocab = json.loads(Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).to_str())["model"]["vocab"]
     tokens = sorted((i, bytes(decode[c] for c in t)) for t, i in vocab.items() if t not in SPECIAL)
@@ -71,6 +74,16 @@ def tiktoken_shaped(request, tmp_path_factory, tokenizer_dir) -> Path:
     return directory
 
 
+def variant(source: Path, directory: Path, change) -> Path:
+    """A copy of a saved tokenizer with ``change(state)`` applied to its ``tokenizer.json``."""
+    directory.mkdir()
+    state = json.loads((source / "tokenizer.json").read_text())
+    change(state)
+    (directory / "tokenizer.json").write_text(json.dumps(state))
+    (directory / "tokenizer_config.json").write_text((source / "tokenizer_config.json").read_text())
+    return directory
+
+
 def test_tiktoken_gives_the_tokenizers_ids(tiktoken_shaped, no_stamps):
     from transformers import AutoTokenizer
 
@@ -85,12 +98,25 @@ def test_tiktoken_gives_the_tokenizers_ids(tiktoken_shaped, no_stamps):
     assert TextEncoder(tok)(texts) == encode(texts)
 
 
-def test_other_tokenizers_keep_the_huggingface_bpe(tokenizer, no_stamps):
+def drop_a_merge(state: dict) -> None:
+    """Without the merge that makes " the", the merges no longer rebuild that token from its bytes."""
+    state["model"]["merges"] = [m for m in state["model"]["merges"] if "".join(m) != "Ġthe"]
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda state: state.update(normalizer={"type": "Lowercase"}), "normalizer Lowercase"),
+    (drop_a_merge, "tokens are not what the merges make of their bytes (e.g. 'Ġthe')"),
+])
+def test_other_tokenizers_keep_the_huggingface_bpe(tmp_path, tokenizer_dir, no_stamps, change, why):
+    from transformers import AutoTokenizer
+
     from ascend_engine.prep.encode import TextEncoder
 
-    encode = TextEncoder(tokenizer)  # trained merges: not every split of a token is a merge
-    assert encode.bpe == "huggingface (merges do not hold every split of every token)"
-    assert encode(TEXTS) == [tokenizer(t).input_ids for t in TEXTS]
+    tok = AutoTokenizer.from_pretrained(variant(tokenizer_dir, tmp_path / "tok", change))
+    encode = TextEncoder(tok)
+    assert encode.bpe.startswith("huggingface (") and why in encode.bpe
+    texts = TEXTS + soup(50)
+    assert encode(texts) == [tok(t).input_ids for t in texts]
     assert not no_stamps.exists()
 
 
