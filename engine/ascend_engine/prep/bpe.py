@@ -191,6 +191,11 @@ def exact_tiktoken(backend, fallback) -> tuple[TiktokenBPE | None, str]:
         return None, why
     to_latin1 = str.maketrans({symbol: chr(b) for symbol, b in decoder.items()})
     ranks = {token.translate(to_latin1).encode("latin-1"): rank for token, rank in vocab.items()}
-    encoding = tiktoken.Encoding("hf-bpe", pat_str=pattern, mergeable_ranks=ranks,
-                                 special_tokens={a.content: i for i, a in added.items()})
+    if len(set(ranks.values())) != len(ranks):
+        return None, "two tokens share an id"
+    try:
+        encoding = tiktoken.Encoding("hf-bpe", pat_str=pattern, mergeable_ranks=ranks,
+                                     special_tokens={a.content: i for i, a in added.items()})
+    except ValueError as e:  # e.g. a pattern that fancy-regex does not read as Oniguruma does
+        return None, f"tiktoken does not take it: {e}"
     return TiktokenBPE(encoding, normalizer is not None, fallback), ""
