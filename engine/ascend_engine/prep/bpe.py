@@ -26,7 +26,7 @@ per token (as hub ``tokenizer.json`` files have) qualifies as well as one with e
 the pattern alike, and Python's and Rust's Unicode tables agree on NFC; ``tests/unit/test_prep_bpe.py``
 compares on varied text, ``benchmarks/preprocess.py`` against Megatron-LM's per-document HF calls.
 
-The merge checks take ~0.5 s for a 150k vocabulary; a model that passed them leaves a stamp (the sha256 of its
+The merge checks take ~1 s for a 150k vocabulary; a model that passed them leaves a stamp (the sha256 of its
 state) in ``~/.cache/ascend-engine/exact-bpe``, so later runs with the same tokenizer skip them.
 """
 from __future__ import annotations
