@@ -37,6 +37,8 @@ import os
 import unicodedata
 from pathlib import Path
 
+import numpy as np
+
 CHECKS = b"exact-bpe 2\n"  # change it when the checks change: stamps of the old checks no longer count
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -129,7 +131,9 @@ class TiktokenBPE:
         self.encoding, self.nfc, self.fallback = encoding, nfc, fallback
         self.allowed = frozenset(encoding.special_tokens_set)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
+    def encode(self, texts: list[str], arrays: bool = False) -> list:
+        """Lists of ids, or with ``arrays`` numpy arrays (tiktoken's own buffers, no Python ints)."""
+        encode = self.encoding.encode_to_numpy if arrays else self.encoding.encode
         out, rest = [], []
         for text in texts:
             try:
@@ -138,13 +142,13 @@ class TiktokenBPE:
             except UnicodeEncodeError:
                 exact = False
             if exact:
-                out.append(self.encoding.encode(text, allowed_special=self.allowed, disallowed_special=()))
+                out.append(encode(text, allowed_special=self.allowed, disallowed_special=()))
             else:
                 rest.append(len(out))
                 out.append(text)
         if rest:
             for i, ids in zip(rest, self.fallback([out[i] for i in rest])):
-                out[i] = ids
+                out[i] = np.asarray(ids, dtype=np.int64) if arrays else ids
         return out
 
 
