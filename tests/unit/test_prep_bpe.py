@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from prep_support import SPECIAL, preprocess, read_dataset, tokenizer, tokenizer_dir, write_jsonl  # noqa: F401
+from prep_support import SPECIAL, preprocess, read_dataset, tokenizer_dir, write_jsonl  # noqa: F401
 
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
                  r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
