@@ -120,7 +120,7 @@ def test_other_tokenizers_keep_the_huggingface_bpe(tmp_path, tokenizer_dir, no_s
     assert not no_stamps.exists()
 
 
-def test_same_bytes_for_any_worker_count_and_either_bpe(tmp_path, tiktoken_shaped):
+def test_tiktoken_runs_write_the_tokenizers_ids_for_any_worker_count(tmp_path, tiktoken_shaped):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiktoken_shaped)
