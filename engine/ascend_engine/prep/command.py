@@ -130,6 +130,7 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
         "paddingTokens": stats["padding"],
         "dtype": processor.dtype.__name__,
         "vocabSize": len(processor.tokenizer),
+        "bpe": processor.encode.bpe,
         "inputs": [{"path": s.path, "format": s.format, "bytes": s.size, "records": n}
                    for s, n in zip(sources, inputs.records)],
         "outputs": outputs,

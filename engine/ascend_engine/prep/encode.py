@@ -15,6 +15,7 @@ import numpy as np
 
 from ..config.loader import ConfigError
 from ..config.prep import PrepConfig
+from .bpe import exact_tiktoken
 from .handlers import Conversation, Preference, ProcessReward, RecordError, make_handler
 from .packing import IGNORE_INDEX, pack
 from .templates import Renderer, load_template
@@ -73,20 +74,42 @@ def load_tokenizer(cfg: PrepConfig):
         raise ConfigError(f"tokenizerNameOrPath: cannot load a tokenizer from {path}: {e}") from None
 
 
-def encode_batch(tokenizer, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
-    """Token ids of many texts. A fast tokenizer's ``tokenizer(texts)`` calls its Rust backend's ``encode_batch``
-    and then builds a BatchEncoding (attention masks included) text by text; here the ids come straight from
-    the backend, set up as ``__call__`` sets it up without truncation or padding, so they are the same ids."""
-    if not texts:
-        return []
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-    if backend is None or getattr(tokenizer, "split_special_tokens", False):
-        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
-    if backend.truncation is not None:
-        backend.no_truncation()
-    if backend.padding is not None:
-        backend.no_padding()
-    return [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+class TextEncoder:
+    """Token ids of many texts, the ids ``tokenizer(texts)["input_ids"]`` gives. A fast tokenizer's ``__call__``
+    runs its Rust backend's ``encode_batch`` and then builds a BatchEncoding (attention masks included) text by
+    text; here the ids come straight from the backend, set up as ``__call__`` sets it up without truncation or
+    padding, or from tiktoken where ``bpe.exact_tiktoken`` shows that it merges alike (``bpe`` says which)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        self.backend = None if getattr(tokenizer, "split_special_tokens", False) else backend
+        self.tiktoken, why = (exact_tiktoken(self.backend, self._backend_ids) if self.backend is not None
+                              else (None, "not a fast tokenizer"))
+        self.bpe = "tiktoken" if self.tiktoken is not None else f"huggingface ({why})"
+
+    def _backend_ids(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        backend = self.backend
+        if backend.truncation is not None:
+            backend.no_truncation()
+        if backend.padding is not None:
+            backend.no_padding()
+        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
+    def __call__(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        if not texts:
+            return []
+        if self.tiktoken is not None:  # its post-processor adds no tokens (checked), so add_special_tokens is moot
+            return self.tiktoken.encode(texts)
+        if self.backend is None:
+            return self.tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+        return self._backend_ids(texts, add_special_tokens)
+
+    def arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """The same ids (special tokens added) as numpy arrays; from tiktoken without a Python int per token."""
+        if self.tiktoken is not None:
+            return self.tiktoken.encode(texts, arrays=True)
+        return [np.asarray(ids, dtype=np.int64) for ids in self(texts)]
 
 
 def split_budget(source: int, target: int, budget: int) -> tuple[int, int]:
@@ -110,6 +133,7 @@ class ChunkProcessor:
     def __init__(self, cfg: PrepConfig, tokenizer=None):
         self.cfg = cfg
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+        self.encode = TextEncoder(self.tokenizer)
         self.handler = make_handler(cfg)
         self.keys = output_keys(cfg)
         self.dtype = output_dtype(cfg, len(self.tokenizer))
@@ -137,7 +161,7 @@ class ChunkProcessor:
             raise ConfigError(f"appendEod: the tokenizer in {cfg.tokenizerNameOrPath} has no eos token")
 
     def _single_token(self, text: str, field: str) -> int:
-        ids = encode_batch(self.tokenizer, [text], add_special_tokens=False)[0]
+        ids = self.encode([text], add_special_tokens=False)[0]
         if len(ids) != 1:
             raise ConfigError(f"{field}: {text!r} is {len(ids)} tokens of the tokenizer in "
                               f"{self.cfg.tokenizerNameOrPath}, not one (add it to the tokenizer as a token)")
@@ -175,13 +199,14 @@ class ChunkProcessor:
     # ------------------------------------------------------------------ pretraining
 
     def _pretrain(self, samples: list[list[str]], result: ChunkResult) -> None:
+        eod = np.array([self.tokenizer.eos_token_id]) if self.cfg.appendEod else None
         for k, key in enumerate(self.keys):
-            docs = encode_batch(self.tokenizer, [s[k] for s in samples])
-            if self.cfg.appendEod:
-                for d in docs:
-                    d.append(self.tokenizer.eos_token_id)
-            self._store(result, key, docs)
-            result.tokens += sum(len(d) for d in docs)
+            docs = self.encode.arrays([s[k] for s in samples])
+            lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs)) + (eod is not None)
+            pieces = docs if eod is None else [a for doc in docs for a in (doc, eod)]
+            data = np.concatenate(pieces).astype(self.dtype) if pieces else np.empty(0, self.dtype)
+            result.arrays[key] = (data, lengths)
+            result.tokens += data.size
         result.written = len(samples)
 
     # ------------------------------------------------------------------ process reward data
@@ -190,7 +215,7 @@ class ChunkProcessor:
         """The text's own tokens (no template, no special tokens); labels hold the step's reward token at each
         placeholder, unshifted, and -100 elsewhere. A sample is never cut: that would drop steps."""
         kept = []
-        for sample, ids, place in zip(samples, encode_batch(self.tokenizer, [s.text for s in samples], False),
+        for sample, ids, place in zip(samples, self.encode([s.text for s in samples], False),
                                       places):
             at = [i for i, t in enumerate(ids) if t == self.placeholder_id]
             if len(at) != len(sample.values):
@@ -215,7 +240,7 @@ class ChunkProcessor:
     def _encode_pieces(self, rendered: list) -> list:
         """Tokenize every piece of every sample in one batch call (the fast path of HF tokenizers)."""
         flat = [p for turns in rendered for src, tgt in turns for p in src + tgt]
-        ids = iter(encode_batch(self.tokenizer, flat, add_special_tokens=False))
+        ids = iter(self.encode(flat, add_special_tokens=False))
         return [[([t for _ in src for t in next(ids)], [t for _ in tgt for t in next(ids)]) for src, tgt in turns]
                 for turns in rendered]
 
@@ -287,7 +312,7 @@ class ChunkProcessor:
         labels = the reference answer's tokens (no template, nothing masked). A prompt is never cut: one longer
         than seqLength is a bad record."""
         answers = [s.turns[-1][3] for s in samples]
-        answer_ids = self.tokenizer(answers, add_special_tokens=False)["input_ids"] if answers else []
+        answer_ids = self.encode(answers, add_special_tokens=False)
         kept = []
         for turns, answer, place in zip(encoded, answer_ids, places):
             prompt = [t for src, tgt in turns[:-1] for t in src + tgt] + turns[-1][0]

@@ -9,15 +9,9 @@ import multiprocessing
 from collections import deque
 from typing import Iterable, Iterator
 
-from ..config.prep import PrepConfig
 from .encode import Chunk, ChunkProcessor, ChunkResult
 
 _processor: ChunkProcessor | None = None
-
-
-def _init_worker(config: dict) -> None:
-    global _processor
-    _processor = ChunkProcessor(PrepConfig.model_validate(config))
 
 
 def _process(chunk: Chunk) -> ChunkResult:
@@ -31,9 +25,10 @@ def process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor, workers: 
         for chunk in chunks:
             yield processor.process(chunk)
         return
-    # fork: the workers inherit the imported tokenizer libraries instead of importing them again.
-    context = multiprocessing.get_context("fork")
-    pool = context.Pool(workers, initializer=_init_worker, initargs=(processor.cfg.model_dump(),))
+    # fork: the workers inherit this process's processor (tokenizer loaded, tiktoken checked) as it is.
+    global _processor
+    _processor = processor
+    pool = multiprocessing.get_context("fork").Pool(workers)
     try:
         pending: deque = deque()
         for chunk in chunks:
@@ -46,3 +41,4 @@ def process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor, workers: 
     finally:
         pool.terminate()
         pool.join()
+        _processor = None
