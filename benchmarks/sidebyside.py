@@ -51,6 +51,7 @@ def interleave(contenders: list[Contender], rounds: int, log=print) -> None:
         for c in contenders:
             if c.before:
                 c.before(r)
+            os.sync()  # no contender pays for writing back the one before it: each starts with nothing dirty
             s, cpu, rss = timed(c.command(r), c.env, c.cwd)
             c.seconds.append(s)
             c.cpu.append(cpu)
