@@ -139,6 +139,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def megatron_copy(megatron: Path, work: Path) -> Path:
     """A patched temporary copy of Megatron-LM's converter and a runner that applies the CPU shim first."""
     peer = work / "megatron-tools"
+    shutil.rmtree(peer, ignore_errors=True)  # a --workdir from an earlier run: patch a fresh copy
     shutil.copytree(megatron / "tools" / "checkpoint", peer)
     shutil.copyfile(megatron / "pretrain_gpt.py", peer / "pretrain_gpt.py")
     for name, patches in _PATCHES.items():
