@@ -40,9 +40,19 @@ def nbytes(array) -> int:
     return array.size * array.itemsize
 
 
-def raw(array: np.ndarray) -> memoryview:
-    """The bytes of an array in C order (a copy only when it is not C-contiguous), as a flat byte view."""
-    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+def raw(array: np.ndarray, scratch: bytearray | None = None) -> memoryview:
+    """The bytes of an array in C order as a flat byte view: the array's own memory when it is C-contiguous,
+    else a copy, into ``scratch`` when given (grown as needed; reusing it spares the page faults of fresh
+    memory for every row-parallel shard)."""
+    if array.flags.c_contiguous or scratch is None:
+        return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    size = nbytes(array)
+    if len(scratch) < size:
+        scratch.extend(bytes(size - len(scratch)))
+    bits = np.dtype(f"u{array.itemsize}")  # plain bits: no per-element path for ml_dtypes' bfloat16
+    out = np.frombuffer(scratch, dtype=bits, count=array.size).reshape(array.shape)
+    np.copyto(out, array.view(bits))
+    return memoryview(scratch)[:size]
 
 
 class Rows:

@@ -178,10 +178,11 @@ class StreamingTorchWriter:
         parts = [data] if isinstance(data, bytes) else data.parts if isinstance(data, Rows) else [data]
         crc, at = 0, offset + header_size
         for part in parts:
-            view = memoryview(part) if isinstance(part, bytes) else raw(part)
+            view = memoryview(part) if isinstance(part, bytes) else raw(part, _scratch())
             crc = zlib_ng.crc32(view, crc)
             _pwrite_all(self._fd, view, at)
             at += len(view)
+            view.release()  # the scratch buffer may grow for the next part
         header = _local_header(name, offset, at - offset - header_size, crc)
         assert len(header) == header_size
         _pwrite_all(self._fd, memoryview(header), offset)
@@ -230,6 +231,14 @@ class _ByteBudget:
 
 
 _IN_FLIGHT = _ByteBudget(IN_FLIGHT_BYTES)
+_THREAD = threading.local()
+
+
+def _scratch() -> bytearray:
+    """This writing thread's buffer for making non-contiguous shards contiguous."""
+    if not hasattr(_THREAD, "scratch"):
+        _THREAD.scratch = bytearray()
+    return _THREAD.scratch
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
