@@ -7,6 +7,7 @@ and reshapes, slices and splits like it (every view stays a broadcast). Only con
 from __future__ import annotations
 
 import math
+import mmap
 
 import numpy as np
 
@@ -94,3 +95,27 @@ def stack_rows(parts: list[np.ndarray]) -> np.ndarray | Rows:
 
 def dense(array: np.ndarray | Rows) -> np.ndarray:
     return cat(array.parts, 0) if isinstance(array, Rows) else array
+
+
+class FileMap(mmap.mmap):
+    """A read-only map of a file range that remembers which range: an array viewing it can be copied file to
+    file (``file_range``) without its pages ever being mapped in, which costs this kind of machine (a VM) more
+    than reading them."""
+
+    def locate(self, path: str, offset: int) -> "FileMap":
+        self.path, self.offset = path, offset
+        self.address = np.frombuffer(self, dtype=np.uint8, count=1).ctypes.data if len(self) else 0
+        return self
+
+
+def file_range(array) -> tuple[str, int] | None:
+    """(path, offset) of a C-contiguous array's bytes when it is a view of a ``FileMap``, else None."""
+    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
+        return None
+    owner = array
+    while owner is not None and not isinstance(owner, FileMap):
+        owner = owner.obj if isinstance(owner, memoryview) else getattr(owner, "base", None)
+    if owner is None:
+        return None
+    return owner.path, owner.offset + array.ctypes.data - owner.address
+

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from zlib_ng import zlib_ng  # zlib's CRC-32, 8-10x faster (SIMD): at zlib's speed the checksums cost more than the copy
 
-from .arrays import Rows, meta, nbytes, raw
+from .arrays import Rows, file_range, meta, nbytes, raw
 from .dtypes import BY_STORAGE, BY_TORCH, describe
 from .errors import ConvertError
 
@@ -173,11 +173,17 @@ class StreamingTorchWriter:
         return _SavedTensor(_StorageRef(key, array.dtype, array.size), tuple(array.shape))
 
     def _write_record(self, name: bytes, offset: int, header_size: int, data) -> int:
-        """Data first (part by part for ``Rows``, each made contiguous only when it is not), the header with the
-        finished CRC-32 last."""
+        """Data first, part by part for ``Rows``, the header with the finished CRC-32 last. A part that is an
+        untouched range of a source file is copied from the file through a small buffer (as ``cp`` does; mapping
+        its pages in costs more); any other is made contiguous (if it is not) and written from memory."""
         parts = [data] if isinstance(data, bytes) else data.parts if isinstance(data, Rows) else [data]
         crc, at = 0, offset + header_size
         for part in parts:
+            where = None if isinstance(part, bytes) else file_range(part)
+            if where is not None:
+                crc = self._copy_range(*where, nbytes(part), at, crc)
+                at += nbytes(part)
+                continue
             view = memoryview(part) if isinstance(part, bytes) else raw(part, _scratch())
             crc = zlib_ng.crc32(view, crc)
             _pwrite_all(self._fd, view, at)
@@ -186,6 +192,20 @@ class StreamingTorchWriter:
         header = _local_header(name, offset, at - offset - header_size, crc)
         assert len(header) == header_size
         _pwrite_all(self._fd, memoryview(header), offset)
+        return crc
+
+    def _copy_range(self, path: str, start: int, size: int, at: int, crc: int) -> int:
+        buffer = _copy_buffer()
+        with open(path, "rb", buffering=0) as source:
+            done = 0
+            while done < size:
+                n = os.preadv(source.fileno(), [buffer[:min(len(buffer), size - done)]], start + done)
+                if n <= 0:
+                    raise CheckpointFileError(f"{path}: ended at byte {start + done} while copying a tensor")
+                chunk = buffer[:n]
+                crc = zlib_ng.crc32(chunk, crc)
+                _pwrite_all(self._fd, chunk, at + done)
+                done += n
         return crc
 
     def _add_small(self, record: str, data: bytes) -> None:
@@ -232,6 +252,14 @@ class _ByteBudget:
 
 _IN_FLIGHT = _ByteBudget(IN_FLIGHT_BYTES)
 _THREAD = threading.local()
+
+
+def _copy_buffer() -> memoryview:
+    """This writing thread's 1 MiB for file-to-file copies (small enough to stay in the CPU's cache between
+    the read, the CRC and the write: measured faster than 8 MiB or 64 MiB)."""
+    if not hasattr(_THREAD, "copy"):
+        _THREAD.copy = memoryview(bytearray(1 << 20))
+    return _THREAD.copy
 
 
 def _scratch() -> bytearray:
