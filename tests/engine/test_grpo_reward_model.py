@@ -34,6 +34,7 @@ CAPTURE = textwrap.dedent("""
     import json, sys, yaml, torch
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
+    from ascend_engine.parallel import destroy_parallel
     from ascend_engine.train.loop import Trainer
     from ascend_engine.train.stages import rollout
     captured = []
@@ -50,6 +51,8 @@ CAPTURE = textwrap.dedent("""
         torch.save({"tokens": r.tokens, "loss_mask": r.loss_mask, "rewards": r.rewards,
                     "model_scores": r.model_scores}, OUT)
     print("METRICS", json.dumps(trainer.last_metrics))
+    torch.distributed.barrier()  # no rank leaves while another still talks to it (gloo aborts at exit otherwise)
+    destroy_parallel()
 """)
 
 ORM_SCORES = textwrap.dedent("""
