@@ -153,7 +153,6 @@ class SafetensorsWriter:
         self._shard_of = {i: k for k, group in enumerate(self.groups) for i in group}
         self._next = 0
         self._f = None
-        self.bytes_written = 0
 
     def _open(self, k: int) -> None:
         header, offset = {"__metadata__": {"format": "pt"}}, 0
@@ -177,7 +176,6 @@ class SafetensorsWriter:
             self._close_file()
             self._open(k)
         self._f.write(raw(tensor))
-        self.bytes_written += tensor.nbytes
         self._next += 1
 
     def _close_file(self) -> None:

@@ -151,7 +151,6 @@ class StreamingTorchWriter:
         self._end = 0
         self._tensors = 0
         self._entries: list[tuple[bytes, int, int, Future | int]] = []  # name, offset, size, crc
-        self.bytes_written = 0
 
     def _reserve(self, record: str, size: int) -> tuple[bytes, int, int]:
         name = f"{self._folder}/{record}".encode()
@@ -169,7 +168,6 @@ class StreamingTorchWriter:
         future = _pool().submit(self._write_record, name, offset, header_size, array)
         future.add_done_callback(lambda _: _IN_FLIGHT.give(size))
         self._entries.append((name, offset, size, future))
-        self.bytes_written += size
         return _SavedTensor(_StorageRef(key, array.dtype, array.size), tuple(array.shape))
 
     def _write_record(self, name: bytes, offset: int, header_size: int, data) -> int:
