@@ -72,16 +72,37 @@ def seccomp_program(own_signals_only: bool, no_truncate: bool) -> bytes:
         return out.read()
 
 
+@functools.lru_cache(maxsize=None)
 def interpreter() -> str:
-    """The real interpreter binary (not a virtualenv's link): the sandbox runs it with ``-I -S``, standard
-    library only."""
-    return os.path.realpath(sys.executable)
+    """The real interpreter binary (not a virtualenv's link), run with ``-I -S``: standard library only. When
+    the evaluator is root the program runs as nobody, so it must be an interpreter that nobody can reach (this
+    one, else the system's of the same version)."""
+    own = os.path.realpath(sys.executable)
+    if os.geteuid() != 0 or _reachable_by_anyone(own):
+        return own
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (f"/usr/local/bin/python{version}", f"/usr/bin/python{version}"):
+        if _reachable_by_anyone(os.path.realpath(candidate)):
+            return os.path.realpath(candidate)
+    return own  # detection then reports that nobody cannot run it
+
+
+def _reachable_by_anyone(path: str) -> bool:
+    if not os.path.isfile(path) or not os.stat(path).st_mode & 0o001:
+        return False
+    folder = os.path.dirname(path)
+    while folder != "/":
+        if not os.stat(folder).st_mode & 0o001:
+            return False
+        folder = os.path.dirname(folder)
+    return True
 
 
 def readable_paths() -> list[str]:
     """Folders the sandboxed interpreter may read: the system's and the interpreter's installation."""
-    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", os.path.realpath(sys.base_prefix)]
-    return [p for p in dict.fromkeys(paths) if os.path.lexists(p)]
+    prefix = os.path.dirname(os.path.dirname(interpreter()))
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", prefix]
+    return [p for p in dict.fromkeys(paths) if os.path.lexists(p) and not p.startswith("/usr/")]
 
 
 def bwrap_binary() -> str | None:
@@ -104,14 +125,14 @@ def bwrap_argv(bwrap: str, workdir: str, memory_mb: int) -> list[str]:
         else:
             argv += ["--ro-bind", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    if _bwrap_version(bwrap) >= (0, 10):
+    if bwrap_version(bwrap) >= (0, 10):
         argv += ["--size", str(memory_mb << 20)]  # the tmpfs holds at most the memory limit
-    return argv + ["--tmpfs", workdir, "--chdir", workdir, "--setenv", "HOME", workdir, "--setenv", "TMPDIR",
+    return argv + ["--tmpfs", workdir, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workdir, "--setenv", "HOME", workdir, "--setenv", "TMPDIR",
                    workdir, "--setenv", "PATH", "/usr/bin:/bin"]
 
 
 @functools.lru_cache(maxsize=None)
-def _bwrap_version(bwrap: str) -> tuple[int, ...]:
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
     import subprocess
 
     out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.split()

