@@ -12,7 +12,7 @@ Two isolations, best first (docs/evaluation.md compares them and the tools consi
 
 Both add resource limits, ``no_new_privs`` and a seccomp filter compiled by libseccomp (through ``pyseccomp``)
 that refuses sockets, ptrace and other processes' memory, pidfds, new sessions and process groups, namespaces,
-mounts, keyrings, BPF, io_uring and the like.
+mounts, keyrings, BPF, io_uring, memfds and System V / POSIX IPC, and the like.
 """
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ _DENIED = (
     "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "kexec_load",
     "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct",
     "quotactl", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
+    # memory that RLIMIT_AS does not count, and System V / POSIX IPC objects that outlive the program
+    "memfd_create", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr",
 )
 _SIGNALS = ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 _CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x80)

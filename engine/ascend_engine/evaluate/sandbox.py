@@ -2,9 +2,10 @@
 
 Each program runs in a fresh interpreter confined by the kernel (confinement.py: bubblewrap namespaces, else
 Landlock; both with seccomp and resource limits). The evaluator never shares a pipe with it: the program comes
-from a regular file on stdin, stdout goes to /dev/null and stderr to a file, so a descendant that stays alive
-cannot hold the evaluator up. At the wall-clock limit the whole sandbox is killed (its PID namespace, or its
-process group, which no descendant can leave), and its folder is removed whatever the program did to it.
+from an in-memory file on stdin, stdout goes to /dev/null and stderr to another in-memory file, so a descendant
+that stays alive cannot hold the evaluator up. At the wall-clock limit the whole sandbox is killed (its PID
+namespace, or its process group, which no descendant can leave), and its folder (under Landlock; bubblewrap's is
+a tmpfs that dies with it) is removed whatever the program did to it.
 Where neither isolation can be had, ``require_isolation`` refuses unless the user opted in to running code
 unsandboxed (``allowUnsandboxedCode``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import signal
 import stat
 import subprocess
@@ -40,66 +42,85 @@ class RunResult:
 
 def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024,
                 isolation: Isolation | None = None) -> RunResult:
-    """Run ``source`` confined; passed means exit status 0 within the wall-clock limit ``timeout_s``."""
-    isolation = isolation or detect_isolation()
-    with tempfile.TemporaryDirectory(prefix="ascend-eval-code-") as host:
+    """Run ``source`` confined; passed means exit status 0 within the wall-clock limit ``timeout_s``. Without an
+    ``isolation``, the best one here, or ``SandboxUnavailable`` (never unsandboxed unless asked for by name)."""
+    isolation = isolation or require_isolation(allow_unsandboxed=False)
+    if isolation.name == "bubblewrap":  # its work directory is a tmpfs inside the sandbox: nothing on the host
+        return _run(source, timeout_s, memory_mb, isolation, None)
+    with tempfile.TemporaryDirectory(prefix="ascend-eval-code-") as workdir:
         try:
-            return _run(source, timeout_s, memory_mb, isolation, host)
+            return _run(source, timeout_s, memory_mb, isolation, workdir)
         finally:
-            _make_removable(host)
+            _make_removable(workdir)
 
 
-def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, host: str) -> RunResult:
-    program, errors = Path(host, "program.py"), Path(host, "stderr")
-    program.write_text(source)
-    workdir = os.path.join(host, "work")
-    os.mkdir(workdir, 0o700)
+def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, workdir: str | None) -> RunResult:
     user = {}
     if os.geteuid() == 0:  # root's processes escape RLIMIT_NPROC, and root reads everything: run as nobody
         user = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
-        for path in (host, workdir):
-            os.chown(path, _NOBODY, _NOBODY)
+        if workdir:
+            os.chown(workdir, _NOBODY, _NOBODY)
     limits = {"RLIMIT_AS": memory_mb << 20, "RLIMIT_CPU": int(timeout_s) + 1, "RLIMIT_FSIZE": 16 << 20,
               "RLIMIT_NOFILE": 64, "RLIMIT_CORE": 0, "RLIMIT_NPROC": _PROCESSES}
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1"}
+    home = workdir or "/work"
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1"}
     abi, bpf_fd, child_fd, prefix = 0, None, -1, []
     if isolation.name != "none":
         abi = landlock_abi() if isolation.name == "landlock" else 6
-        bpf_fd = _bpf_file(seccomp_program(own_signals_only=abi < 6, no_truncate=abi < 3))
+        bpf_fd = _memfd(seccomp_program(own_signals_only=abi < 6, no_truncate=abi < 3))
     if isolation.name == "bubblewrap":  # bwrap loads the filter (after no_new_privs) just before exec
-        prefix, abi = bwrap_argv(bwrap_binary(), "/work", memory_mb) + ["--seccomp", str(bpf_fd), "--"], 0
+        prefix, abi = bwrap_argv(bwrap_binary(), home, memory_mb) + ["--seccomp", str(bpf_fd), "--"], 0
     elif isolation.name == "landlock":
         child_fd = bpf_fd
         # counted over the whole user without a user namespace
         limits["RLIMIT_NPROC"] = _uid_tasks(user.get("user", os.getuid())) + _PROCESSES
     argv = prefix + [interpreter(), "-I", "-S", "-c", _CHILD, ",".join(f"{k}={v}" for k, v in limits.items()),
                      str(abi), str(child_fd), ":".join(readable_paths())]
-    with open(program, "rb") as stdin, open(errors, "wb") as stderr:
-        proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=stdin,
-                                stdout=subprocess.DEVNULL, stderr=stderr, process_group=0, **user,
-                                pass_fds=(bpf_fd,) if bpf_fd is not None else (), close_fds=True)
-    if bpf_fd is not None:
-        os.close(bpf_fd)
+    program, errors = _memfd(source.encode()), _memfd(b"")
     try:
-        proc.wait(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        proc = subprocess.Popen(argv, cwd=workdir or "/", env=env, stdin=program, stdout=subprocess.DEVNULL,
+                                stderr=errors, process_group=0, close_fds=True,
+                                pass_fds=(bpf_fd,) if bpf_fd is not None else (), **user)
     finally:
+        for fd in (program, bpf_fd):
+            if fd is not None:
+                os.close(fd)
+    try:
+        timed_out = not _wait(proc, timeout_s)
         _end_group(proc)
-    if timed_out:
-        return RunResult(False, "timed out")
-    if proc.returncode == 0:
-        return RunResult(True, "passed")
-    return RunResult(False, f"failed: {_last_line(errors, proc.returncode)}")
+        if timed_out:
+            return RunResult(False, "timed out")
+        if proc.returncode == 0:
+            return RunResult(True, "passed")
+        return RunResult(False, f"failed: {_last_line(errors, proc.returncode)}")
+    finally:
+        os.close(errors)
 
 
-def _bpf_file(program: bytes) -> int:
-    """The filter on a descriptor the child inherits (a memfd: nothing the evaluator could block on)."""
-    fd = os.memfd_create("ascend-seccomp", 0)
-    os.write(fd, program)
+def _memfd(data: bytes) -> int:
+    """``data`` in an anonymous in-memory file, at offset 0 (the program, its stderr, the seccomp filter: regular
+    files, never a pipe the evaluator could block on). Close-on-exec: only a child it is passed to gets it."""
+    fd = os.memfd_create("ascend-sandbox")
+    os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the child exited within ``timeout_s``: woken by its pidfd the moment it does (Popen.wait with a
+    timeout polls, sleeping up to 50 ms at a time)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # an old kernel, or a seccomp profile without pidfd_open
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _end_group(proc: subprocess.Popen) -> None:
@@ -116,10 +137,10 @@ def _end_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _last_line(errors: Path, returncode: int) -> str:
-    with open(errors, "rb") as f:
-        f.seek(max(0, os.fstat(f.fileno()).st_size - _STDERR_BYTES))
-        lines = f.read().decode(errors="replace").strip().splitlines()
+def _last_line(errors: int, returncode: int) -> str:
+    size = os.fstat(errors).st_size
+    tail = os.pread(errors, _STDERR_BYTES, max(0, size - _STDERR_BYTES))
+    lines = tail.decode(errors="replace").strip().splitlines()
     if returncode < 0:
         return f"killed by {signal.Signals(-returncode).name}" + (f" ({lines[-1][:150]})" if lines else "")
     return lines[-1][:200] if lines else f"exit status {returncode}"
