@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ascend_engine.evaluate.completions import pass_at_k
+from ascend_engine.evaluate.sandbox import detect_isolation
 
 PROBLEMS = [
     {"task_id": "T/0", "prompt": "def add(a, b):\n", "entry_point": "add",
@@ -42,6 +43,7 @@ def _evaluate(tmp_path, samples, *flags):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ})
 
 
+@pytest.mark.skipif(detect_isolation().name == "none", reason="no sandbox here (the refusal: test_sandbox.py)")
 def test_supplied_completions_get_pass_at_k_and_say_which_sandbox_ran(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
