@@ -50,7 +50,7 @@ def contenders() -> dict:
     if detect_isolation().name == "bubblewrap":
         found["bubblewrap"] = lambda s, i=detect_isolation(): run_program(s, 10, 1024, i).passed
     if landlock_abi():
-        found["landlock"] = lambda s, i=Isolation("landlock", ""): run_program(s, 10, 1024, i).passed
+        found["landlock"] = lambda s, i=Isolation("landlock", "", landlock_abi()): run_program(s, 10, 1024, i).passed
     found["none (limits only)"] = lambda s, i=Isolation("none", ""): run_program(s, 10, 1024, i).passed
     return found
 

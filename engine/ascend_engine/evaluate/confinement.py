@@ -47,6 +47,7 @@ _TIOCSTI = 0x5412
 class Isolation:
     name: str  # "bubblewrap", "landlock" or "none"
     detail: str  # what exactly: the bwrap version, the Landlock ABI, or why nothing could be had
+    abi: int = 0  # landlock: the Landlock ABI to use (the kernel's; lower ones use seccomp for what they lack)
 
     def describe(self) -> str:
         return f"{self.name} ({self.detail})"

@@ -66,7 +66,7 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, wo
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1"}
     abi, bpf_fd, child_fd, prefix = 0, None, -1, []
     if isolation.name != "none":
-        abi = landlock_abi() if isolation.name == "landlock" else 6
+        abi = isolation.abi if isolation.name == "landlock" else 6
         bpf_fd = _memfd(seccomp_program(own_signals_only=abi < 6, no_truncate=abi < 3))
     if isolation.name == "bubblewrap":  # bwrap loads the filter (after no_new_privs) just before exec
         prefix, abi = bwrap_argv(bwrap_binary(), home, memory_mb) + ["--seccomp", str(bpf_fd), "--"], 0
@@ -193,7 +193,7 @@ def detect_isolation() -> Isolation:
     if abi == 0:
         reasons.append("landlock: not available in this kernel")
     else:
-        got = _try(Isolation("landlock", f"Landlock ABI {abi}, seccomp, rlimits, process group"))
+        got = _try(Isolation("landlock", f"Landlock ABI {abi}, seccomp, rlimits, process group", abi))
         if isinstance(got, Isolation):
             return got
         reasons.append(f"landlock: {got}")
