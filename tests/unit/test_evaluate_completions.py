@@ -81,7 +81,7 @@ def test_generation_still_needs_a_tokenizer():
 
     from ascend_engine.config.evaluate import EvaluateConfig
 
-    with pytest.raises(ValidationError, match="tokenizerNameOrPath: required"):
+    with pytest.raises(ValidationError, match="tokenizerNameOrPath is required"):
         EvaluateConfig(task=["humaneval"], taskDataPath=["x"], load="c")
     with pytest.raises(ValidationError, match="needs task \\[humaneval\\] alone"):
         EvaluateConfig(task=["gsm8k"], taskDataPath=["x"], completions="s.jsonl")

@@ -72,5 +72,6 @@ class EvaluateConfig(EngineModel):
         if self.completions and self.task != ["humaneval"]:
             raise ValueError("completions: scoring supplied completions needs task [humaneval] alone")
         if not self.completions and not self.tokenizerNameOrPath:
-            raise ValueError("tokenizerNameOrPath: required to generate answers (--tokenizer-name-or-path)")
+            raise ValueError("tokenizerNameOrPath is required to generate answers (--tokenizer-name-or-path; only "
+                             "scoring supplied completions goes without)")
         return self

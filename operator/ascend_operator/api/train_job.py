@@ -60,13 +60,20 @@ EVALUATION_ONLY_RULES = [
      "fieldPath": ".train", "reason": "FieldValueRequired"},
 ]
 
+# EvaluateConfig's own check (its model validator says the same), kept by the API server too.
+EVALUATION_TOKENIZER_RULE = {
+    "rule": "!has(self.evaluation) || has(self.evaluation.tokenizerNameOrPath) || has(self.evaluation.completions)",
+    "message": "evaluation.tokenizerNameOrPath is required to generate answers (only scoring supplied completions "
+               "goes without)",
+    "fieldPath": ".evaluation.tokenizerNameOrPath", "reason": "FieldValueRequired"}
+
 
 class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
     model_config = PodSettings.model_config | {
         "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
-                                                              *EVALUATION_ONLY_RULES]}}
+                                                              *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
