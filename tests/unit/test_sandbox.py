@@ -129,6 +129,14 @@ def _probes(canary: Path, victim: int, port: int, unix_path: str, marker: str) -
             except OSError:
                 subprocess.Popen(["/bin/sleep", "{victim}.{len(marker)}"])
             """,
+        "oom_killer_takes_it_first": """
+            try:
+                score = open("/proc/self/oom_score_adj").read().strip()
+            except OSError:  # Landlock: /proc is not readable
+                score = "1000"
+            if score != "1000":
+                raise SystemExit(f"oom_score_adj {score}")
+            """,
         "fork_bomb": """
             import os
             while True:
@@ -270,7 +278,7 @@ def test_hostile_programs_are_contained(host, isolation):
         outcomes = list(pool.map(run, probes.items()))
     time.sleep(2.0)  # what the setsid probe's grandchild would write, had it survived
     self_checking = {"ptrace_parent_and_victim", "secrets_env_and_proc", "network", "write_every_writable_looking_path",
-                     "ipc_and_memfd_outside_the_memory_limit"}
+                     "ipc_and_memfd_outside_the_memory_limit", "oom_killer_takes_it_first"}
     for name, result, limit, seconds in outcomes:
         assert seconds < limit + SLACK, (name, seconds)
         assert name in BOMBS or result.reason != "timed out", name

@@ -2,7 +2,7 @@
 text is passed with ``python -I -S -c``, inside a filesystem view that holds no project code).
 
 It locks the process down with what the kernel enforces and the program cannot undo: resource limits with equal
-soft and hard values and, where bubblewrap did not (the ``landlock`` isolation), ``no_new_privs``, a parent-death
+soft and hard values, the highest OOM score (inherited by what it starts) and, where bubblewrap did not (the ``landlock`` isolation), ``no_new_privs``, a parent-death
 signal, a Landlock domain (files: read-only below the interpreter's folders, read-write below the work directory,
 nothing else; TCP: nothing; signals and abstract unix sockets: only inside the domain) and the seccomp filter the
 evaluator compiled with libseccomp. Then it reads the program from stdin (a regular file) and runs it as
@@ -78,6 +78,11 @@ def _main() -> None:
     for item in limits.split(","):
         name, value = item.split("=")
         resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+    try:  # the limits are per process: if the machine runs out of memory, the OOM killer takes these first
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     if int(abi) or int(seccomp_fd) >= 0:
         _confine(int(abi), int(seccomp_fd), readable.split(":"))
     source = sys.stdin.read()
