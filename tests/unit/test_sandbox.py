@@ -6,9 +6,12 @@ Each probe exits 0 when it found no way out and raises (naming the hole) when it
 contained; the host side checks the files and processes independently."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -323,43 +326,60 @@ for name in ("unshare", "setns", "mount", "umount2"):
 for flag in (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x80):
     f.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
 f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-if sys.argv[1] == "no-landlock":
+if sys.argv[1] == "no-landlock":  # a kernel without Landlock, or a profile that does not list it
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "landlock_create_ruleset")
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 f.load()
-from ascend_engine.evaluate.sandbox import SandboxUnavailable, detect_isolation, require_isolation, run_program
-print(detect_isolation().name)
-try:
-    print(run_program("open('/tmp/x-pod', 'w')", 5, 256, require_isolation(False)).reason)
-except SandboxUnavailable as e:
-    print(e)
+from ascend_engine.cli import main
+sys.exit(main(["evaluate", "--task", "humaneval", *sys.argv[2:]]))
 """
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to become nobody")
-@pytest.mark.parametrize("kernel", ["landlock", "no-landlock"])
-def test_in_a_pod_without_user_namespaces(kernel, tmp_path):
-    """As a non-root user under a RuntimeDefault-like seccomp profile: Landlock where the kernel has it, and
-    otherwise a refusal that names the opt-in. The evaluator runs on an interpreter nobody can reach, with
-    this checkout and pyseccomp on its path."""
+@pytest.mark.parametrize("kernel,opt_in", [("landlock", False), ("no-landlock", False), ("no-landlock", True)])
+def test_in_a_pod_without_user_namespaces(kernel, opt_in):
+    """`ascend-engine evaluate --task humaneval` as a non-root user under a RuntimeDefault-like seccomp profile:
+    Landlock where the kernel has it; otherwise a refusal that names the opt-in, and with the opt-in the code
+    runs with limits only, said so in the results. The evaluator runs on an interpreter nobody can reach, with
+    this checkout and the virtualenv's packages on its path."""
     from ascend_engine.evaluate.confinement import interpreter
-
-    import pyseccomp
 
     python = interpreter()
     if not python.startswith("/usr/"):
         pytest.skip(f"no interpreter that nobody can run (have {python})")
-    path = [str(Path(__file__).resolve().parents[2] / "engine"), str(Path(pyseccomp.__file__).parent)]
-    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "HOME": str(tmp_path), "PYTHONPATH": ":".join(path)}
+    tmp_path = Path(tempfile.mkdtemp(prefix="ascend-pod-test-"))  # pytest's own folder is root's alone
     os.chmod(tmp_path, 0o777)
-    out = subprocess.run([python, "-I", "-c", f"import sys; sys.path[:0] = {path!r}\n" + POD, kernel],
-                         capture_output=True, text=True, env=env, timeout=60)
+    try:
+        _evaluate_as_in_a_pod(python, kernel, opt_in, tmp_path)
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def _evaluate_as_in_a_pod(python: str, kernel: str, opt_in: bool, tmp_path: Path) -> None:
+    import pydantic
+
+    problems, samples, results = tmp_path / "problems.jsonl", tmp_path / "samples.jsonl", tmp_path / "results.json"
+    problems.write_text(json.dumps({"task_id": "T/0", "prompt": "def f():\n", "entry_point": "f",
+                                    "test": "def check(g):\n    assert g() == 1\n"}) + "\n")
+    samples.write_text("".join(json.dumps({"task_id": "T/0", "completion": c}) + "\n"
+                               for c in ("    return 1\n", f"    open({str(tmp_path / 'x')!r}, 'w')\n    return 1\n")))
+    path = [str(Path(__file__).resolve().parents[2] / "engine"), str(Path(pydantic.__file__).parents[1])]
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
+    flags = ["--task-data-path", str(problems), "--completions", str(samples), "--results-path", str(results)]
+    out = subprocess.run([python, "-I", "-c", f"import sys; sys.path[:0] = {path!r}\n" + POD, kernel, *flags]
+                         + (["--allow-unsandboxed-code"] if opt_in else []),
+                         capture_output=True, text=True, env=env, timeout=120)
+    if kernel == "no-landlock" and not opt_in:
+        assert out.returncode == 2 and "allowUnsandboxedCode (flag --allow-unsandboxed-code)" in out.stderr
+        assert "bubblewrap:" in out.stderr and "landlock:" in out.stderr and not results.exists()
+        return
     assert out.returncode == 0, out.stderr
-    name, message = out.stdout.splitlines()
-    if kernel == "landlock":
-        assert name == "landlock" and "Permission denied: '/tmp/x-pod'" in message
-    else:
-        assert name == "none" and ALLOW_FIELD in message and "bubblewrap:" in message
+    report = json.loads(results.read_text())
+    expected = "landlock" if kernel == "landlock" else "none"
+    assert report["sandbox"].split()[0] == expected and f"under {expected}" in out.stderr
+    # the write outside fails under Landlock; with limits only it succeeds (what the opt-in accepts)
+    assert [p["correct"] for p in report["results"][0]["predictions"]] == [True, kernel != "landlock"]
+    assert (tmp_path / "x").exists() == (kernel != "landlock")
 
 
 def test_refusal_without_isolation_names_the_opt_in(monkeypatch):
