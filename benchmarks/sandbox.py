@@ -74,7 +74,8 @@ def per_program(runs: dict, programs: int) -> None:
         line = f"  {name:20} {spread(values, 'ms')}"
         if name != "bare":
             over = [a - b for a, b in zip(values, ms["bare"])]
-            line += f"   overhead: median {statistics.median(over):6.1f} ms (min {min(over):6.1f}, max {max(over):6.1f})"
+            line += (f"   overhead: median {statistics.median(over):6.1f} ms "
+                     f"(min {min(over):6.1f}, max {max(over):6.1f})")
         print(line)
 
 

@@ -15,7 +15,8 @@ from ascend_engine.evaluate.sandbox import detect_isolation
 PROBLEMS = [
     {"task_id": "T/0", "prompt": "def add(a, b):\n", "entry_point": "add",
      "test": "def check(f):\n    assert f(2, 3) == 5\n"},
-    {"task_id": "T/1", "prompt": "def neg(a):\n", "entry_point": "neg", "test": "def check(f):\n    assert f(4) == -4\n"},
+    {"task_id": "T/1", "prompt": "def neg(a):\n", "entry_point": "neg",
+     "test": "def check(f):\n    assert f(4) == -4\n"},
 ]
 
 

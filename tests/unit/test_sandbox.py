@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_engine.evaluate.confinement import ALLOW_FIELD, Isolation, bwrap_binary, landlock_abi
+from ascend_engine.evaluate.confinement import Isolation, bwrap_binary, landlock_abi
 from ascend_engine.evaluate.sandbox import (SandboxUnavailable, detect_isolation, humaneval_program,
                                             require_isolation, run_program)
 
@@ -61,9 +61,10 @@ def _probes(canary: Path, victim: int, port: int, unix_path: str, marker: str) -
         "truncate_rename_link_out": f"""
             import os
             open("mine", "w").write("x")
-            for attempt in (lambda: os.truncate({c + '/secret.txt'!r}, 0), lambda: os.rename("mine", {c + '/' + marker!r}),
-                            lambda: os.link({c + '/secret.txt'!r}, "stolen"), lambda: os.link("mine", {c + '/' + marker!r}),
-                            lambda: os.rename({c + '/secret.txt'!r}, "stolen")):
+            secret, out = {c + '/secret.txt'!r}, {c + '/' + marker!r}
+            for attempt in (lambda: os.truncate(secret, 0), lambda: os.rename("mine", out),
+                            lambda: os.link(secret, "stolen"), lambda: os.link("mine", out),
+                            lambda: os.rename(secret, "stolen")):
                 try:
                     attempt()
                 except OSError:

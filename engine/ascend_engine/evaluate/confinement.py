@@ -132,8 +132,8 @@ def bwrap_argv(bwrap: str, workdir: str, memory_mb: int) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev"]
     if bwrap_version(bwrap) >= (0, 10):
         argv += ["--size", str(memory_mb << 20)]  # the tmpfs holds at most the memory limit
-    return argv + ["--tmpfs", workdir, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workdir, "--setenv", "HOME", workdir, "--setenv", "TMPDIR",
-                   workdir, "--setenv", "PATH", "/usr/bin:/bin"]
+    return argv + ["--tmpfs", workdir, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workdir,
+                   "--setenv", "HOME", workdir, "--setenv", "TMPDIR", workdir, "--setenv", "PATH", "/usr/bin:/bin"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,12 +2,12 @@
 text is passed with ``python -I -S -c``, inside a filesystem view that holds no project code).
 
 It locks the process down with what the kernel enforces and the program cannot undo: resource limits with equal
-soft and hard values, the highest OOM score (inherited by what it starts) and, where bubblewrap did not (the ``landlock`` isolation), ``no_new_privs``, a parent-death
-signal, a Landlock domain (files: read-only below the interpreter's folders, read-write below the work directory,
-nothing else; TCP: nothing; signals and abstract unix sockets: only inside the domain) and the seccomp filter the
-evaluator compiled with libseccomp. Then it reads the program from stdin (a regular file) and runs it as
-``__main__``. Arguments: ``NAME=VALUE,...`` rlimits, the Landlock ABI (0: none), the filter's descriptor (-1:
-none), the readable folders joined by ``:``. Only cheap modules are imported on the bubblewrap path (interpreter
+soft and hard values, the highest OOM score (inherited by what it starts) and, where bubblewrap did not (the
+``landlock`` isolation), ``no_new_privs``, a parent-death signal, a Landlock domain (files: read-only below the
+interpreter's folders, read-write below the work directory, nothing else; TCP: nothing; signals and abstract
+unix sockets: only inside the domain) and the seccomp filter the evaluator compiled with libseccomp. Then it
+reads the program from stdin (an in-memory file) and runs it as ``__main__``. Arguments: ``NAME=VALUE,...``
+rlimits, the Landlock ABI (0: none), the filter's descriptor (-1: none), the readable folders joined by ``:``. Only cheap modules are imported on the bubblewrap path (interpreter
 start-up is most of a program's cost).
 """
 import os
