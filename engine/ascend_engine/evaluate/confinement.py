@@ -148,8 +148,11 @@ def bwrap_version(bwrap: str) -> tuple[int, ...]:
 
 
 def landlock_abi() -> int:
-    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled."""
+    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled (or this is not Linux)."""
     import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return 0
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long

@@ -79,7 +79,7 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, wo
     program, errors = _memfd(source.encode()), _memfd(b"")
     try:
         proc = subprocess.Popen(argv, cwd=workdir or "/", env=env, stdin=program, stdout=subprocess.DEVNULL,
-                                stderr=errors, process_group=0, close_fds=True,
+                                stderr=errors, start_new_session=True, close_fds=True,
                                 pass_fds=(bpf_fd,) if bpf_fd is not None else (), **user)
     finally:
         for fd in (program, bpf_fd):
@@ -100,7 +100,11 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, wo
 def _memfd(data: bytes) -> int:
     """``data`` in an anonymous in-memory file, at offset 0 (the program, its stderr, the seccomp filter: regular
     files, never a pipe the evaluator could block on). Close-on-exec: only a child it is passed to gets it."""
-    fd = os.memfd_create("ascend-sandbox")
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("ascend-sandbox")
+    else:  # not Linux: an unlinked temporary file (only the unsandboxed opt-in runs there)
+        fd = os.dup((f := tempfile.TemporaryFile()).fileno())
+        f.close()
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
