@@ -38,6 +38,7 @@ from . import dry_run, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
+from . import server_side_apply
 from .patches import PatchError, json_patch, merge_patch
 from .pod_validation import pod_spec_errors
 from .pod_logs import serve_log
@@ -287,6 +288,8 @@ class LocalKubernetesApi(KubernetesEmulator):
             return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw), sub))
         if method == "PATCH":
             body = await self._body(raw)
+            if raw.content_type == "application/apply-patch+yaml":
+                return aiohttp.web.json_response(self._server_side_apply(rt, key, body, query, sub))
             return aiohttp.web.json_response(self._patch(rt, key, body, raw.content_type, sub))
         if method == "DELETE":
             return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw)))
@@ -442,8 +445,31 @@ class LocalKubernetesApi(KubernetesEmulator):
             self._check_precondition(rt, current, (body.get("metadata") or {}).get("resourceVersion"))
             new = merge_patch(current, body)
         else:
-            raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type!r} is not supported "
-                           "(server-side apply is not emulated; use a merge patch or client-side apply)")
+            raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type!r} is not supported")
+        return self._update(rt, key, current, new, sub)
+
+    def _server_side_apply(self, rt: ResourceType, key: ObjectKey, body: Any, query: Any,
+                           sub: str | None) -> dict[str, Any]:
+        """``kubectl apply --server-side``: creates the object when it does not exist (see server_side_apply)."""
+        manager = query.get("fieldManager")
+        if not manager:
+            raise ApiError(400, "BadRequest", "PATCH, application/apply-patch+yaml requires fieldManager to be set")
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "an apply patch must be an object")
+        self._check_kind(rt, body)
+        current = self._store.get(key)
+        if current is None and sub is not None:
+            raise not_found(rt, key[2])
+        try:
+            new = server_side_apply.apply(current, body, manager, query.get("force") == "true", rt.api_version)
+        except server_side_apply.ApplyConflict as exc:
+            causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
+                       "field": "." + ".".join(p)} for m, p in exc.conflicts]
+            raise ApiError(409, "Conflict", str(exc), {"causes": causes}) from None
+        if current is None:
+            new["metadata"].setdefault("name", key[2])
+            created = self._create(rt, key[1], new)
+            return created
         return self._update(rt, key, current, new, sub)
 
     def _check_precondition(self, rt: ResourceType, current: dict[str, Any], rv: str | None) -> None:
@@ -472,6 +498,8 @@ class LocalKubernetesApi(KubernetesEmulator):
                     meta[field] = old_meta[field]
                 else:
                     meta.pop(field, None)
+            if "managedFields" not in meta and "managedFields" in old_meta:  # an update that omits them keeps them
+                meta["managedFields"] = copy.deepcopy(old_meta["managedFields"])
             if rt.status_subresource:  # the main resource ignores status changes
                 if "status" in current:
                     new["status"] = copy.deepcopy(current["status"])
