@@ -34,7 +34,7 @@ from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
 from . import field_validation
-from . import dry_run, openapi, persistence, tables
+from . import core_schemas, dry_run, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
@@ -74,10 +74,25 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
                     {"name": name, "group": rt.group, "kind": rt.plural})
 
 
+# A field error's words -> its StatusCause reason (apimachinery's field.ErrorType).
+_CAUSE_REASONS = (("Unsupported value", "FieldValueNotSupported"), ("Required value", "FieldValueRequired"),
+                  ("Forbidden", "FieldValueForbidden"), ("Duplicate value", "FieldValueDuplicate"),
+                  ("Not found", "FieldValueNotFound"), ("Too long", "FieldValueTooLong"),
+                  ("Too many", "FieldValueTooMany"))
+
+
+def _cause(field: str, message: str) -> dict[str, str]:
+    """A StatusCause as kube-apiserver writes it: the field path in ``field``, the message without it (kubectl
+    prints ``field: message``, so a path inside the message would show twice)."""
+    body = message[len(field) + 2:] if message.startswith(f"{field}: ") else message
+    reason = next((r for words, r in _CAUSE_REASONS if body.startswith(words)), "FieldValueInvalid")
+    return {"reason": reason, "message": body, "field": field}
+
+
 def invalid(rt: ResourceType, name: str, errors: list[tuple[str, str]]) -> ApiError:
     messages = [m for _, m in errors]
     text = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
-    causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in errors]
+    causes = [_cause(f, m) for f, m in errors]
     return ApiError(422, "Invalid", f'{rt.qualified_kind} "{name}" is invalid: {text}',
                     {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
 
@@ -177,6 +192,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             raise KubernetesResourceNotFoundError()
         return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
                 "resources": entries}
+
+    async def _serve_server_version(self, request: Any) -> dict[str, Any]:
+        """``/version``: the Kubernetes release whose schemas the built-in kinds are validated against."""
+        return core_schemas.version_info()
 
     # -- HTTP entry point ------------------------------------------------------------------------
 
@@ -403,6 +422,11 @@ class LocalKubernetesApi(KubernetesEmulator):
         """Per-kind rules applied on every write: schema for custom objects, CRD registration, Secret data."""
         name = obj["metadata"].get("name", "")
         errors = object_errors(rt.group, rt.plural, obj) if old is None else []  # names are immutable
+        if rt.schema is None and rt.crd_name is None:  # a built-in kind: Kubernetes' own OpenAPI schema
+            try:
+                errors += core_schemas.errors(rt.group, rt.version, rt.kind, obj)
+            except core_schemas.DecodingError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
