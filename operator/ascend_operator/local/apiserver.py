@@ -726,6 +726,17 @@ class LocalKubernetesApi(KubernetesEmulator):
         ``sendInitialEvents`` are ignored.
         """
         matches = self._matcher(query)
+        as_table = tables.wants_table(raw.headers.get("Accept", ""))
+        first = [True]
+
+        def encode(kind: str, obj: dict[str, Any]) -> bytes:
+            """One watch event; with ``as=Table`` its object is a one-row Table (column definitions first only)."""
+            if as_table and kind != "ERROR":
+                obj = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                                   query.get("includeObject", ""), headers=first[0])
+                first[0] = False
+            return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
         timeout = float(query.get("timeoutSeconds") or 1800)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -736,7 +747,7 @@ class LocalKubernetesApi(KubernetesEmulator):
             if since == "0":
                 position = self._rv
                 for obj in self._list(rt, ns, query)["items"]:
-                    await response.write(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+                    await response.write(encode("ADDED", obj))
             else:
                 position = int(since) if since.isdigit() else self._rv
                 if position < self._log_floor:
@@ -758,7 +769,7 @@ class LocalKubernetesApi(KubernetesEmulator):
                     elif not now_in:
                         kind = ""
                     if kind:
-                        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                        await response.write(encode(kind, obj))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

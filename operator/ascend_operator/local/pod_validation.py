@@ -110,6 +110,12 @@ def _volume_errors(spec: dict[str, Any]) -> tuple[list[tuple[str, str]], set[str
 def _container_errors(c: int, container: dict[str, Any], volumes: set[str]) -> list[tuple[str, str]]:
     at = f"spec.containers[{c}]"
     errors: list[tuple[str, str]] = []
+    name = container.get("name") or ""
+    if not name:
+        errors.append((f"{at}.name", f"{at}.name: Required value"))
+    else:
+        errors += [(f"{at}.name", f"{at}.name: Invalid value: {_q(name)}: {m}")
+                   for m in format_errors(name, "dns1123-label")]
     image = container.get("image")
     if not image:
         errors.append((f"{at}.image", f"{at}.image: Required value"))
@@ -176,6 +182,11 @@ def _container_errors(c: int, container: dict[str, Any], volumes: set[str]) -> l
 def pod_spec_errors(pod: dict[str, Any]) -> list[tuple[str, str]]:
     spec = pod.get("spec") or {}
     errors, volumes = _volume_errors(spec)
+    names: set[str] = set()
     for c, container in enumerate(spec.get("containers") or []):
         errors += _container_errors(c, container, volumes)
+        if container.get("name") in names:
+            errors.append((f"spec.containers[{c}].name",
+                           f"spec.containers[{c}].name: Duplicate value: {_q(container['name'])}"))
+        names.add(container.get("name"))
     return errors + _toleration_errors(spec)
