@@ -6,7 +6,9 @@ apply ``default``s, then validate with the OpenAPI schema and with the CEL rules
 root ``self.metadata`` holds only ``name`` and ``generateName``). Schema errors come first; when one of them
 means the object lacks the shape the rules were written for (a wrong type, a missing required field, a value
 outside an enum, too long, too many items) the CEL rules are not evaluated at all, as in kube-apiserver's
-``hasBlockingErr``.
+``hasBlockingErr``. On updates CEL rules are ratcheted as on kube-apiserver 1.30+: a subtree the update left
+unchanged is not judged again (a status patch does not re-run the spec's rules). Programs are compiled once per
+expression and process.
 Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: ...``.
 """
 from __future__ import annotations
@@ -24,6 +26,10 @@ _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 _BLOCKING = {"enum", "required", "maxLength", "maxItems", "maxProperties", "type"}
 RULES_NOT_CHECKED = ("<nil>", '<nil>: Invalid value: "null": some validation rules were not checked because the '
                               "object was invalid; correct the existing errors to complete validation")
+
+
+_CEL = celpy.Environment()
+_PROGRAMS: dict[str, Any] = {}
 
 
 def _field(path: list[str | int]) -> str:
@@ -81,8 +87,6 @@ class CustomResourceSchema:
     def __init__(self, open_api_v3_schema: dict[str, Any]):
         self.schema = open_api_v3_schema or {}
         self._validator = jsonschema.Draft4Validator(_to_jsonschema(self.schema))
-        self._programs: dict[str, Any] = {}
-        self._cel = celpy.Environment()
         # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server).
         self._compile_all(self.schema)
 
@@ -98,10 +102,13 @@ class CustomResourceSchema:
         for key in ("items", "additionalProperties"):
             self._compile_all(schema.get(key))
 
-    def _program(self, expression: str) -> Any:
-        if expression not in self._programs:
-            self._programs[expression] = self._cel.program(self._cel.compile(expression))
-        return self._programs[expression]
+    @staticmethod
+    def _program(expression: str) -> Any:
+        """The compiled CEL program of one expression, compiled once per process (a CRD written again, or another
+        version of it, reuses it)."""
+        if expression not in _PROGRAMS:
+            _PROGRAMS[expression] = _CEL.program(_CEL.compile(expression))
+        return _PROGRAMS[expression]
 
     # -- shaping ----------------------------------------------------------------------------------
 
@@ -199,6 +206,10 @@ class CustomResourceSchema:
     def _rule_errors(self, value: Any, old: Any, schema: Any, path: list[str | int],
                      found: list[tuple[str, str]]) -> None:
         if not isinstance(schema, dict) or value is None:
+            return
+        if old is not None and value == old:
+            # Validation ratcheting (CRDValidationRatcheting, on by default since 1.30): an update does not re-judge
+            # a value it left unchanged, so a status patch never re-runs the spec's rules.
             return
         for rule in schema.get("x-kubernetes-validations") or []:
             message = self._check_rule(rule, value, old)
