@@ -124,3 +124,21 @@ def test_get_events_shows_last_seen_first_seen_and_count(cluster):
     row = table[1]
     assert row[0] in ("30s", "31s", "32s") and "<unknown>" not in row, row
     assert "5m" in row and "3" in row, row  # FIRST SEEN and COUNT
+
+
+def test_merge_patch_null_removes_then_defaults_and_new_crd_defaults_show_on_read(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "defaulted"
+    assert _apply(cluster, job).returncode == 0
+    kubectl(cluster, "patch", "atj", "defaulted", "--type", "merge", "-p", '{"spec": {"shmSize": null}}')
+    stored = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
+    assert stored["spec"]["shmSize"] == "16Gi"  # null means "remove"; the server then applies the default
+    crd = json.loads(kubectl(cluster, "get", "crd", "ascendtrainjobs.ascendtrain.dev", "-o", "json").stdout)
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["note"] = {"type": "string", "default": "added later"}
+    path = cluster.root / "crd.json"
+    path.write_text(json.dumps(crd))
+    kubectl(cluster, "replace", "-f", str(path))
+    again = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
+    assert again["spec"]["note"] == "added later"  # defaulted on read, as from etcd
+    assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]  # without a write

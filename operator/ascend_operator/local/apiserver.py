@@ -708,6 +708,14 @@ class LocalKubernetesApi(KubernetesEmulator):
                 self._unregister(rt)
         for rt in self._crd_types(crd):
             self._register(rt)
+            if replacing is not None and rt.schema is not None:
+                self._reshape_stored(rt)
+
+    def _reshape_stored(self, rt: ResourceType) -> None:
+        """Stored objects as the new schema reads them: kube-apiserver prunes and defaults on every read from
+        etcd, so a default a CRD update adds shows at once, without a write (no new resourceVersion, no event)."""
+        for key in [k for k in self._store if k[0] == rt.key]:
+            self._store[key] = rt.schema.prepare(self._store[key])
 
     def _unregister_crd(self, crd: dict[str, Any]) -> None:
         for rt in [t for t in self._types.values() if t.crd_name == crd["metadata"]["name"]]:
