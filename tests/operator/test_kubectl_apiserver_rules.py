@@ -7,8 +7,10 @@ import copy
 import datetime
 import json
 import os
+import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,36 @@ def test_merge_patch_null_removes_then_defaults_and_new_crd_defaults_show_on_rea
     again = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
     assert again["spec"]["note"] == "added later"  # defaulted on read, as from etcd
     assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]  # without a write
+
+
+def _events_of(cluster, pod: str, want: set[str], timeout: float = 30) -> str:
+    """`kubectl describe pod`'s output once its Events list every reason in ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = kubectl(cluster, "describe", "pod", pod).stdout
+        events = text.split("Events:", 1)[-1]
+        if all(reason in events for reason in want) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.3)
+
+
+def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_post(cluster):
+    code = "import time; time.sleep(30)"
+    sleeper = _pod("sleeper", container={"image": "local", "command": ["python", "-c", code]})
+    assert _apply(cluster, sleeper).returncode == 0, "the sleeper was refused"
+    events = _events_of(cluster, "sleeper", {"Scheduled", "Pulled", "Created", "Started"})
+    for reason, source in (("Scheduled", "default-scheduler"), ("Pulled", "kubelet"), ("Created", "kubelet"),
+                           ("Started", "kubelet")):
+        assert re.search(rf"Normal\s+{reason}\s+\S+\s+{source}", events), events
+    kubectl(cluster, "delete", "pod", "sleeper", "--wait=false")
+    deadline = time.monotonic() + 20
+    while "Killing" not in (seen := kubectl(cluster, "get", "events", "--field-selector",
+                                            "involvedObject.name=sleeper").stdout):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.3)
+    assert re.search(r"Normal\s+Killing\s+pod/sleeper\s+Stopping container main", seen), seen
+    greedy = _pod("greedy", container={"image": "local", "resources": {"limits": {"huawei.com/Ascend910": "1"}}})
+    assert _apply(cluster, greedy).returncode == 0
+    events = _events_of(cluster, "greedy", {"FailedScheduling"})
+    assert re.search(r"Warning\s+FailedScheduling\s+.*0/1 nodes are available: 1 Insufficient huawei.com/Ascend910",
+                     events), events
