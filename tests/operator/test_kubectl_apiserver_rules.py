@@ -66,6 +66,17 @@ def test_kube_apiserver_pod_rules_refuse_a_bad_pod_naming_the_field_once(cluster
     assert f"{field}: {field}" not in result.stderr  # the path once, as kube-apiserver's causes carry it
 
 
+def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
+    pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
+    strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict
+    assert strict.returncode != 0 and 'unknown field "spec.tolerations[0].tolerationSecond"' in strict.stderr, \
+        strict.stderr
+    warned = _apply(cluster, pod, "--validate=warn")
+    assert warned.returncode == 0 and 'unknown field "spec.tolerations[0].tolerationSecond"' in warned.stderr
+    stored = json.loads(kubectl(cluster, "get", "pod", "unknown-field", "-o", "json").stdout)
+    assert stored["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]
+
+
 def test_a_value_of_the_wrong_type_fails_decoding_as_on_kube_apiserver(cluster):
     result = _apply(cluster, _pod("typed", container={"ports": [{"containerPort": "http"}]}))
     assert result.returncode != 0 and 'cannot be handled as a Pod' in result.stderr, result.stderr

@@ -18,8 +18,10 @@ import yaml
 
 from ascend_operator.handlers import lifecycle, single_pod, train_job  # noqa: F401 -- registers the job kinds
 from ascend_operator.render import single_pod as single_pod_render
+from ascend_operator.local import core_schemas
 from ascend_operator.local.cli import main as ascend_train
 from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.pod_validation import pod_spec_errors
 from test_kubectl import kubectl, pytestmark  # noqa: F401 -- the same kubectl binary and skip conditions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,6 +130,11 @@ def test_cpu_jobs_pods_request_no_accelerator_after_every_apply(applied):
             rendered = job.render(name, namespace, spec)
         else:  # the pod alone: a CheckpointConvert's engine config needs its trainJobRef resolved first
             rendered = [single_pod_render.pod(kind, name, spec, "convert")]
+        for child in rendered:  # what the operator would send is what kube-apiserver 1.32 accepts, unpruned
+            group, _, version = child["apiVersion"].rpartition("/")
+            checked = core_schemas.check(group, version, child["kind"], child)
+            assert (checked.errors, checked.unknown) == ([], []), (kind, name, child["kind"])
+            assert child["kind"] != "Pod" or pod_spec_errors(child) == [], (kind, name)
         requested = _extended_resources(rendered)
         if obj["spec"]["devices"]["resource"] == "none":
             cpu_jobs += 1

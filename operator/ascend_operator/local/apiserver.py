@@ -424,9 +424,12 @@ class LocalKubernetesApi(KubernetesEmulator):
         errors = object_errors(rt.group, rt.plural, obj) if old is None else []  # names are immutable
         if rt.schema is None and rt.crd_name is None:  # a built-in kind: Kubernetes' own OpenAPI schema
             try:
-                errors += core_schemas.errors(rt.group, rt.version, rt.kind, obj)
+                checked = core_schemas.check(rt.group, rt.version, rt.kind, obj)
             except core_schemas.DecodingError as exc:
                 raise ApiError(400, "BadRequest", str(exc)) from None
+            field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
+            obj = checked.pruned(obj)
+            errors += checked.errors
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
             errors += pod_spec_errors(obj)
         if rt.schema is not None:

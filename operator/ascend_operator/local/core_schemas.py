@@ -6,12 +6,16 @@ generated from each release's OpenAPI document); the server emulates ``KUBERNETE
 words them: a value of the wrong JSON type fails decoding (400 BadRequest, ``cannot be handled as a Pod``), a
 missing required field or an unsupported enum value fails validation (422 Invalid with the field path).
 
+Unknown fields are dropped, with the request's ``fieldValidation`` deciding whether that is silent, a warning or
+an error, as for custom objects.
+
 Differs from a real API server: the decoding message names the JSON path and the schema's type instead of Go's
 struct and type names; apimachinery's hand-written rules (names, tolerations, images, ports, volumes, env) are in
 ``pod_validation``, not here.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from typing import Any
@@ -21,7 +25,9 @@ import referencing
 from kubernetes_validate.utils import schema_contents
 
 KUBERNETES_VERSION = "1.32.0"
-_SCHEMA_DIR = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local"
+# The strict variant: objects refuse unknown properties, which is how unknown fields are found (then pruned, or
+# refused under fieldValidation=Strict, as kube-apiserver's decoder does).
+_SCHEMA_DIR = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
 
 
 class DecodingError(ValueError):
@@ -68,28 +74,55 @@ def _json_type(value: Any) -> str:
     return {dict: "object", list: "array", str: "string"}.get(type(value), "null")
 
 
-def errors(group: str, version: str, kind: str, obj: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(field, message)`` validation errors of a built-in object; raises DecodingError for a wrong JSON type."""
+class Checked:
+    """The outcome of checking one built-in object: validation errors and the unknown fields found."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+        self.unknown: list[list[str | int]] = []
+
+    def unknown_fields(self) -> list[str]:
+        return [_field(path) for path in self.unknown]
+
+    def pruned(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` without its unknown fields (a real server's decoder drops them)."""
+        if not self.unknown:
+            return obj
+        obj = copy.deepcopy(obj)
+        for path in self.unknown:
+            holder: Any = obj
+            for part in path[:-1]:
+                holder = holder[part]
+            holder.pop(path[-1], None)
+        return obj
+
+
+def check(group: str, version: str, kind: str, obj: dict[str, Any]) -> Checked:
+    """Validation errors and unknown fields of a built-in object; raises DecodingError for a wrong JSON type."""
+    checked = Checked()
     validator = _validator(group, version, kind)
     if validator is None:
-        return []
-    found: list[tuple[str, str]] = []
+        return checked
     for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
-        field = _field(error.absolute_path)
-        if error.validator == "type":
+        path = list(error.absolute_path)
+        field = _field(path)
+        if error.validator == "additionalProperties":
+            known = set((error.schema.get("properties") or {}))
+            checked.unknown += [path + [key] for key in error.instance if key not in known]
+        elif error.validator == "type":
             expected = error.validator_value
             expected = next(t for t in expected if t != "null") if isinstance(expected, list) else expected
             raise DecodingError(f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot '
                                 f"unmarshal {_json_type(error.instance)} into Go struct field {field or kind} of "
                                 f"type {expected}")
-        if error.validator == "required":
+        elif error.validator == "required":
             missing = [r for r in error.validator_value if r not in (error.instance or {})]
-            field = _field(list(error.absolute_path) + missing[:1])
-            found.append((field, f"{field}: Required value"))
+            field = _field(path + missing[:1])
+            checked.errors.append((field, f"{field}: Required value"))
         elif error.validator == "enum":
             allowed = ", ".join(json.dumps(v) for v in error.validator_value if v is not None)
-            found.append((field, f"{field}: Unsupported value: {json.dumps(error.instance)}: supported values: "
-                                 f"{allowed}"))
+            checked.errors.append((field, f"{field}: Unsupported value: {json.dumps(error.instance)}: supported "
+                                          f"values: {allowed}"))
         else:
-            found.append((field, f"{field}: Invalid value: {json.dumps(error.instance)}: {error.message}"))
-    return found
+            checked.errors.append((field, f"{field}: Invalid value: {json.dumps(error.instance)}: {error.message}"))
+    return checked
