@@ -44,6 +44,9 @@ def test_quickstart_runs_to_success_with_live_progress(tmp_path):
     assert progress["iteration"] == train_iters == progress["trainIters"]
     assert math.isfinite(progress["loss"]) and progress["loss"] < 5.0
     assert progress["tokensPerSecond"] > 0
+    # kubectl's LOSS and TOK/S columns: the same figures for humans, written by the operator next to the raw ones.
+    assert progress["columns"] == {"loss": f"{progress['loss']:#.4g}",
+                                   "tokensPerSecond": str(round(progress["tokensPerSecond"]))}
     assert status["replicas"]["succeeded"] == 2
     # The checkpoint is in Megatron's layout, on the claim's directory, one shard per TP rank.
     ckpt = tmp_path / "cluster" / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "quickstart"

@@ -19,7 +19,7 @@ TINY = {
     "model": {"numLayers": 2, "hiddenSize": 64, "numAttentionHeads": 4, "vocabSize": 96},
     "training": {"microBatchSize": 2, "globalBatchSize": 4, "seqLength": 32, "trainIters": 10},
     "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
-    "observability": {"metricsPort": None},
+    "observability": {"metricsPort": 0},
 }
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .base import EngineModel, Flag
+from .base import EngineModel, Flag, not_null
 from .grpo import GrpoConfig, check_grpo_run
 from .model import ModelConfig, PositiveInt
 from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage, check_prm_run
@@ -194,8 +194,8 @@ class ObservabilityConfig(EngineModel):
 
     logInterval: Annotated[PositiveInt, Flag("--log-interval")] = 1
     """Log a line every N steps."""
-    metricsPort: Annotated[int | None, Field(ge=1, le=65535), Flag("--metrics-port")] = 9400
-    """Port of rank 0's Prometheus endpoint (null disables)."""
+    metricsPort: Annotated[int, Field(ge=0, le=65535), not_null("0 to disable"), Flag("--metrics-port")] = 9400
+    """Port of rank 0's Prometheus endpoint (0 disables)."""
     tensorboardDir: Annotated[str | None, Flag("--tensorboard-dir")] = None
     """Write TensorBoard scalars here."""
 

@@ -2,7 +2,7 @@
 with an evaluation block, or only ``evaluate`` on an existing checkpoint without train)."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -144,8 +144,34 @@ class AscendTrainJobSpec(PodSettings):
         return self
 
 
+class ProgressColumns(KubeModel):
+    """The figures as `kubectl get atj` shows them; the raw numbers stay next to them in `progress`."""
+
+    loss: str | None = None
+    """progress.loss to 4 significant digits."""
+    tokensPerSecond: str | None = None
+    """progress.tokensPerSecond rounded to a whole number."""
+
+    @classmethod
+    def of(cls, progress: dict[str, Any]) -> dict[str, str]:
+        """The columns of a ``status.progress`` dict (only those whose figure is known)."""
+        loss, rate = progress.get("loss"), progress.get("tokensPerSecond")
+        columns = cls(loss=None if loss is None else f"{loss:#.4g}",
+                      tokensPerSecond=None if rate is None else str(round(rate)))
+        return columns.model_dump(exclude_none=True)
+
+
 class TrainProgress(KubeModel):
     """Live figures from rank 0's metrics endpoint."""
+
+    @staticmethod
+    def with_columns(progress: dict[str, Any]) -> dict[str, Any]:
+        """``progress`` with its printer-column strings (``columns``) brought up to date."""
+        columns = ProgressColumns.of(progress)
+        return {**{k: v for k, v in progress.items() if k != "columns"}, **({"columns": columns} if columns else {})}
+
+    columns: ProgressColumns | None = None
+    """The loss and throughput as `kubectl get` prints them."""
 
     iteration: int | None = None
     """Optimizer steps done."""

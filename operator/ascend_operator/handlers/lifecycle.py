@@ -52,6 +52,8 @@ class JobKind:
         lambda obj, spec, status: (spec, {})
     # The engine's final report -> status.progress fields once Succeeded (a short job may end between scrapes).
     final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
+    # status.progress -> the same with its printer-column strings (TrainProgress.with_columns).
+    progress_columns: Callable[[dict[str, Any]], dict[str, Any]] = lambda progress: progress
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -178,6 +180,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             status = _follow(job, obj, namespace, name, effective, policy, pods, status, at)
     status["observedGeneration"] = obj["metadata"].get("generation")
     status.setdefault("phase", "Pending")
+    if status.get("progress"):
+        status["progress"] = job.progress_columns(status["progress"])
     if status.get("progress") and status.get("progress") != previous.get("progress"):
         history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
