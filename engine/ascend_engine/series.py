@@ -27,15 +27,15 @@ def add_point(points: list[Point], iteration: int, figures: dict[str, Any], at: 
               limit: int = MAX_POINTS) -> list[Point] | None:
     """The series with ``figures`` at ``iteration``, or None when nothing changed.
 
-    A point for the last iteration again merges into it (validation loss joins its step, a final report refines
-    the last scrape); an older iteration means a restart resumed from an older checkpoint: the abandoned tail is
+    A point for the last iteration again adds the figures that point lacks (validation loss joins its step; a
+    rounded scrape never overwrites the engine's own value); an older iteration means a restart resumed from an older checkpoint: the abandoned tail is
     dropped."""
     figures = {k: v for k, v in figures.items() if k in SERIES_FIELDS and v is not None}
     if not isinstance(iteration, int) or not figures:
         return None
     if points and points[-1]["iteration"] == iteration:
-        merged = {**points[-1], **figures}
-        return None if merged == points[-1] else points[:-1] + [{**merged, "time": at}]
+        merged = {**figures, **points[-1]}
+        return None if merged == points[-1] else points[:-1] + [merged]
     if points and points[-1]["iteration"] > iteration:
         points = [p for p in points if p["iteration"] < iteration]
     return downsample(points + [{"iteration": iteration, "time": at, **figures}], limit)
