@@ -24,6 +24,7 @@ import yaml
 
 from ascend_engine.cli_text import plain, quiet_broken_pipe
 
+from ..api.group import LABEL_JOB_NAME
 from . import lifecycle
 from .cluster import LocalCluster
 from .printing import table
@@ -31,6 +32,7 @@ from .resource_client import ApiRequestError, ApiResource, ResourceClient
 from .runner import pod_log_path, read_logs
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+HEARTBEAT_S = 4.0  # `local demo` never stays silent longer than this while it waits
 
 
 class UsageError(Exception):
@@ -96,6 +98,29 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
     return "\n\n".join(blocks), current
 
 
+def _heartbeat(resources: ResourceClient, current: list[dict[str, Any]]) -> str:
+    """One line of what is happening now: each job's phase, progress and latest condition, and its pods."""
+    pods = resources.list(resources.resolve("pods"), None)
+    parts = []
+    for obj in current:
+        status, name = obj.get("status") or {}, obj["metadata"]["name"]
+        progress = status.get("progress") or {}
+        what = f"{name} {status.get('phase', 'Pending')}"
+        if progress.get("iteration") is not None and progress.get("trainIters"):
+            what += f" {progress['iteration']}/{progress['trainIters']}"
+        latest = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+        if latest.get("message") and not progress.get("iteration"):
+            what += f" ({latest['message'][:80]})"
+        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) == name]
+        if mine:
+            what += "; pods " + ", ".join(f"{p['metadata']['name']} {(p.get('status') or {}).get('phase', 'Pending')}"
+                                          for p in mine)
+        elif not status.get("conditions"):
+            what += " (the operator has not picked it up yet)"
+        parts.append(what)
+    return "; ".join(parts) or "waiting for the operator"
+
+
 def demo(args: argparse.Namespace) -> int:
     _load_documents(args.file)  # a bad file fails before anything starts
     running = lifecycle.running_pid(Path(args.root))
@@ -103,6 +128,7 @@ def demo(args: argparse.Namespace) -> int:
         raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); apply the file to it "
                          f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
+    print(f"starting the local cluster in {args.root}/: API server, CRDs, pod runner, operator ...", flush=True)
     with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster, \
             lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
@@ -113,14 +139,23 @@ def demo(args: argparse.Namespace) -> int:
             jobs = [(r, obj) for r, obj in applied if _is_custom(r)]
             if not jobs:
                 raise UsageError(f"{args.file} holds no custom resources to follow")
-            last_key, current = None, []
+            # A job that had finished before this demo (kept from an earlier one) is not run again: say so.
+            previous = [obj for _, obj in jobs if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES]
+            if len(previous) == len(jobs):
+                print(f"{', '.join(o['metadata']['name'] for o in previous)} finished in an earlier demo (kept in "
+                      f"{cluster.root}/): showing that run; `ascend-train local demo --fresh -f {args.file}` runs it "
+                      "again", flush=True)
+            last_key, current, said = None, [], time.monotonic()
             deadline = started + args.timeout
             while True:
                 key, _ = _tables(resources, jobs, with_age=False)
                 text, current = _tables(resources, jobs)
                 if key != last_key:
                     print(f"\n[{time.monotonic() - started:6.1f}s]\n{text}", flush=True)
-                    last_key = key
+                    last_key, said = key, time.monotonic()
+                elif time.monotonic() - said >= HEARTBEAT_S:
+                    print(f"[{time.monotonic() - started:6.1f}s] {_heartbeat(resources, current)}", flush=True)
+                    said = time.monotonic()
                 if all((o.get("status") or {}).get("phase") in TERMINAL_PHASES for o in current):
                     break
                 if cluster.operator is not None and cluster.operator.poll() is not None:
@@ -137,8 +172,13 @@ def demo(args: argparse.Namespace) -> int:
         for obj in current:
             print(f"\n--- {obj['kind']} {obj['metadata']['name']} status\n"
                   + yaml.safe_dump(obj.get("status"), sort_keys=False).rstrip())
-        print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
-              f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
+        if len(previous) == len(jobs):
+            finished = max((o["status"].get("completionTime") or "?") for o in current)
+            print(f"\n{len(succeeded)}/{len(current)} succeeded in the earlier run (finished {finished}); nothing "
+                  f"was run now (logs under {cluster.root}/pods)")
+        else:
+            print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
+                  f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
         if len(succeeded) < len(current):
             print(f"objects and files are kept in {cluster.root}/; `ascend-train local demo --fresh -f {args.file}` "
                   "starts over")
