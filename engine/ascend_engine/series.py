@@ -28,8 +28,8 @@ def add_point(points: list[Point], iteration: int, figures: dict[str, Any], at: 
     """The series with ``figures`` at ``iteration``, or None when nothing changed.
 
     A point for the last iteration again adds the figures that point lacks (validation loss joins its step; a
-    rounded scrape never overwrites the engine's own value); an older iteration means a restart resumed from an older checkpoint: the abandoned tail is
-    dropped."""
+    rounded scrape never overwrites the engine's own value); an older iteration means a restart resumed from an
+    older checkpoint: the abandoned tail is dropped."""
     figures = {k: v for k, v in figures.items() if k in SERIES_FIELDS and v is not None}
     if not isinstance(iteration, int) or not figures:
         return None

@@ -196,6 +196,13 @@ def report_failure(reason: str, message: str) -> None:
         report_result({"status": "Failed", "reason": reason, "message": message[-2000:]})
 
 
+def say(command: str, what: str, started: float) -> None:
+    """A start-up line from global rank 0 (stderr, like the other progress lines), so a pod's log says what the
+    command is doing during the tens of seconds before its first result: ``[train]  19.1s building the model``."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"[{command}] {time.perf_counter() - started:5.1f}s {what}", file=sys.stderr, flush=True)
+
+
 def format_seconds(seconds: float) -> str:
     seconds = int(max(0, seconds))
     h, rem = divmod(seconds, 3600)

@@ -1,8 +1,6 @@
 """The training loop: Megatron-core model, DDP, optimizer and pipeline schedule, one step per global batch."""
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -11,7 +9,7 @@ import torch
 from ..config.train import TrainConfig
 from ..device import Backend
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
-from ..telemetry import Metrics, Progress, preference_fields
+from ..telemetry import Metrics, Progress, preference_fields, say
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
 from .preemption import PreemptionWatch
@@ -40,19 +38,12 @@ def unwrap(module):
     return module
 
 
-def say(what: str, started: float) -> None:
-    """A start-up line from rank 0 (on stderr, as the engine's other progress lines), so a pod's log says what it
-    is doing during the tens of seconds before the first iteration."""
-    if os.environ.get("RANK", "0") == "0":
-        print(f"[train] {time.perf_counter() - started:5.1f}s {what}", file=sys.stderr, flush=True)
-
-
 class Trainer:
     """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
 
     def __init__(self, cfg: TrainConfig, backend: Backend):
         started = time.perf_counter()
-        say(f"importing Megatron-core and setting up the {backend.name} device", started)
+        say("train", f"importing Megatron-core and setting up the {backend.name} device", started)
         backend.apply()  # before the first Megatron import
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed import finalize_model_grads
@@ -64,14 +55,14 @@ class Trainer:
 
         self.cfg, self.backend = cfg, backend
         t, p = cfg.training, cfg.parallel
-        say(f"joining the process group: TP {p.tensorModelParallelSize} x PP {p.pipelineModelParallelSize} "
+        say("train", f"joining the process group: TP {p.tensorModelParallelSize} x PP {p.pipelineModelParallelSize} "
             f"x EP {p.expertModelParallelSize}", started)
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
         self.dtype = DTYPES[t.precision]
         self.stage = make_stage(cfg)
-        say("building the dataset index" if cfg.data.dataPath else "preparing synthetic data (no data.dataPath)",
-            started)
+        say("train", "building the dataset index" if cfg.data.dataPath else
+            "preparing synthetic data (no data.dataPath)", started)
         self.data = build_train_data(cfg)
         self.valid = build_validation_data(cfg) if validation_enabled(cfg) else None
         ddp_config = DistributedDataParallelConfig(
@@ -79,7 +70,7 @@ class Trainer:
             use_distributed_optimizer=p.useDistributedOptimizer)
         # One model chunk per virtual pipeline stage this rank holds (one chunk without VPP).
         self.chunks = []
-        say(f"building the model: {cfg.model.numLayers} layers, hidden {cfg.model.hiddenSize}, {t.precision}",
+        say("train", f"building the model: {cfg.model.numLayers} layers, hidden {cfg.model.hiddenSize}, {t.precision}",
             started)
         for vp_stage in range(cfg.virtual_pipeline_size) if cfg.virtual_pipeline_size else [None]:
             gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
@@ -107,7 +98,7 @@ class Trainer:
         if cfg.checkpoint.load or cfg.lora.loraLoad:
             from ..checkpoint.training import load_training_checkpoint
 
-            say(f"loading the checkpoint {cfg.checkpoint.load or cfg.lora.loraLoad}", started)
+            say("train", f"loading the checkpoint {cfg.checkpoint.load or cfg.lora.loraLoad}", started)
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
                 print(f"loaded checkpoint {loaded}", flush=True)
@@ -124,7 +115,7 @@ class Trainer:
             t.seqLength, t.globalBatchSize * self.stage.rows_per_sample, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
-        say(f"first step (iteration {self.iteration + 1} of {t.trainIters})", started)
+        say("train", f"first step (iteration {self.iteration + 1} of {t.trainIters})", started)
 
     # ------------------------------------------------------------ one step
 
