@@ -200,6 +200,12 @@ class ObservabilityConfig(EngineModel):
     """Write TensorBoard scalars here."""
 
 
+MOE_TP_NEEDS_SEQUENCE_PARALLEL = (
+    # Said by TrainConfig and by the AscendTrainJob CRD's CEL rule, so kubectl apply and the engine agree.
+    "model.numExperts (MoE) with parallel.tensorModelParallelSize > 1 needs parallel.sequenceParallel: "
+    "megatron-core's MoE layers refuse to train under tensor parallelism without it")
+
+
 class TrainConfig(EngineModel):
     """Everything ``ascend-engine train`` needs; ``AscendTrainJob.spec.train`` is this model."""
 
@@ -247,6 +253,8 @@ class TrainConfig(EngineModel):
             if m.moe_ffn_hidden_size % tp:
                 raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.moeFfnHiddenSize "
                                  f"({m.moe_ffn_hidden_size})")
+            if tp > 1 and not p.sequenceParallel:
+                raise ValueError(MOE_TP_NEEDS_SEQUENCE_PARALLEL)
             if self.data.variableSeqLengths and m.moeTokenDispatcherType == "allgather":
                 raise ValueError("data.variableSeqLengths needs model.moeTokenDispatcherType alltoall "
                                  "(megatron-core refuses variable lengths with the allgather dispatcher)")

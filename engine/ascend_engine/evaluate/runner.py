@@ -71,8 +71,11 @@ def check_vocabulary(tokenizer, vocab_size: int, load: str, tokenizer_path: str)
 def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     """Run every task; the results on global rank 0 (None elsewhere). Collective over the torchrun world."""
     from ..device import select_backend
+    from ..telemetry import say
 
+    started = time.perf_counter()
     backend = select_backend(cfg.device)
+    say("evaluate", f"importing Megatron-core and setting up the {backend.name} device", started)
     backend.apply()
     from transformers import AutoTokenizer
 
@@ -89,6 +92,7 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
 
     # Read every task before anything heavy, so bad data fails in a second.
     tasks = []
+    say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
     for task, path in zip(cfg.task, cfg.taskDataPath):
         questions = load_task(task, path, cfg.shot)
         if not questions:
@@ -100,11 +104,13 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     if isolation is not None:
         print(f"[evaluate] humaneval: generated code runs under {isolation.describe()}", file=sys.stderr, flush=True)
     convert, tp, pp, _ = _layout(cfg)
+    say("evaluate", f"joining the process group: TP {tp} x PP {pp}", started)
     info = init_parallel(backend, tp, pp, cfg.seed)
     root = cfg.load
     try:
         if convert:
             root = _convert(cfg, tp, pp, _is_hf_directory(cfg.load), info.rank)
+        say("evaluate", f"loading the model from {root}", started)
         iteration, args = read_args(root)
         model_cfg, gpt, max_len = load_model(root, iteration, args, info.tp_rank, info.pp_rank, backend.torch_device)
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
@@ -115,7 +121,8 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         results = []
         for task, questions in tasks:
             mine = share(questions, info.dp_rank, info.dp)
-            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=10.0,
+            say("evaluate", f"{task}: {len(questions)} questions", started)
+            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=5.0,
                                 enabled=rank0)
             start, model.truncated = time.perf_counter(), 0
             if isinstance(questions[0], ChoiceQuestion):

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ascend_engine.config.evaluate import EvaluateConfig
-from ascend_engine.config.train import TrainConfig
+from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
 from .evaluation import EvaluationStatus
@@ -30,6 +30,10 @@ EXPERT_RULES = [
              " == 1 : self.train.model.numExperts % self.train.parallel.expertModelParallelSize == 0)",
      "message": "train.parallel.expertModelParallelSize must divide train.model.numExperts (and be 1 without it)",
      "fieldPath": ".train.parallel.expertModelParallelSize", "reason": "FieldValueInvalid"},
+    {"rule": "!has(self.train) || !has(self.train.model.numExperts)"
+             " || self.train.parallel.tensorModelParallelSize == 1 || self.train.parallel.sequenceParallel",
+     "message": MOE_TP_NEEDS_SEQUENCE_PARALLEL,
+     "fieldPath": ".train.parallel.sequenceParallel", "reason": "FieldValueRequired"},
 ]
 # Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
 PIPELINE_RULES = [

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
-from ..progress import scrape
+from ..progress import scrape, scrape_series
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
 from . import create_errors, kueue
@@ -65,16 +65,19 @@ def _rank0(pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     return next((p for p in pods if p["metadata"]["name"] == f"{name}-0"), None)
 
 
-def _live_progress(job: JobKind, spec: Any, rank0: dict[str, Any] | None) -> dict[str, Any] | None:
+def _live_progress(job: JobKind, spec: Any,
+                   rank0: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list | None]:
+    """Rank 0's figures for status.progress, and its series of logged points for the history."""
     port = job.metrics_port(spec)
     ip = (rank0 or {}).get("status", {}).get("podIP")
     if not port or not ip or rank0["status"].get("phase") != "Running":
-        return None
+        return None, None
     figures = scrape(f"http://{ip}:{port}/metrics")
     if not figures:
-        return None
+        return None, None
     progress = {job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields}
-    return {**progress, "lastUpdateTime": now()}
+    series = scrape_series(f"http://{ip}:{port}")
+    return {**progress, "lastUpdateTime": now()}, series
 
 
 def _policy(obj: dict[str, Any]) -> RunPolicy:
@@ -230,9 +233,11 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
     rank0 = _rank0(live(pods), name)
-    progress = _live_progress(job, spec, rank0)
+    progress, series = _live_progress(job, spec, rank0)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
+        if series:
+            history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
     if new["phase"] == "Succeeded":
         result = termination_result(rank0)
         if result and job.result_field == "progress":
