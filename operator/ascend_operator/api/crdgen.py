@@ -115,7 +115,8 @@ def crd(resource: Resource) -> dict[str, Any]:
                 "storage": True,
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
-                    {"name": n, "type": t, "jsonPath": p, "description": d} for n, t, p, d in resource.columns
+                    {"name": n, "type": t, "jsonPath": p, "description": d} | ({"priority": rest[0]} if rest else {})
+                    for n, t, p, d, *rest in resource.columns
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

@@ -159,6 +159,9 @@ class JobStatusBase(KubeModel):
     """Pods by state."""
     restarts: int = 0
     """Gang restarts so far."""
+    disruptions: int = 0
+    """Of those, restarts after the cluster preempted or evicted a pod (condition DisruptionTarget): not
+    counted against runPolicy.backoffLimit."""
     startTime: str | None = None
     """When the first pod started running."""
     completionTime: str | None = None

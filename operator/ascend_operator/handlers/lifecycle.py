@@ -105,7 +105,7 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
                 kube().update_config_map(namespace, o)
             elif kube().create(namespace, o):
                 created.append(f"{o['kind']}/{o['metadata']['name']}")
-        except ApiException as e:
+        except (ApiException, ValueError, TypeError) as e:  # the server's refusal, or the client's before sending
             raise create_errors.ChildCreateFailed(f"{o['kind']}/{o['metadata']['name']}", e) from None
     return created
 
@@ -267,11 +267,26 @@ async def sweep_forever(stop: asyncio.Event) -> None:
             return
         except asyncio.TimeoutError:
             pass
-        due = [(job, ns, name) for (_, ns, name), (job, worth) in list(_KNOWN.items()) if worth]
+        due = [(job, ns, name) for (kind, ns, name), (job, worth) in list(_KNOWN.items())
+               if worth and create_errors.due((kind, ns, name))]
         results = await asyncio.gather(*(asyncio.to_thread(reconcile, *key) for key in due), return_exceptions=True)
-        for key, result in zip(due, results):
+        for (job, ns, name), result in zip(due, results):
             if isinstance(result, Exception):
-                logger.warning("reconciling %s %s/%s failed: %s", key[0].kind.kind, key[1], key[2], result)
+                await asyncio.to_thread(_reconcile_failed, job, ns, name, result)
+
+
+def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception) -> None:
+    """A sweep that raised (the API server refusing a status patch, a pod list timing out) is tried again only
+    after a capped exponential backoff, and says so in a Warning event instead of a log line every sweep."""
+    failures, delay = create_errors.backoff((job.kind.kind, namespace, name))
+    message = f"reconciling failed (attempt {failures}; next in {delay:.0f}s): {type(error).__name__}: {error}"
+    logger.warning("%s %s/%s: %s", job.kind.kind, namespace, name, message)
+    try:
+        obj = kube().get_custom(job.kind.kind, namespace, name)
+        if obj is not None:
+            _event(obj, "ReconcileFailed", message, warning=True)
+    except Exception as e:  # the API server itself may be what failed
+        logger.warning("no event for %s %s/%s: %s", job.kind.kind, namespace, name, e)
 
 
 def register(job: JobKind) -> None:
