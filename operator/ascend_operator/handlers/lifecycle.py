@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
+from ..kubeclient import STOPPING, ShuttingDown
 from ..progress import scrape
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
@@ -249,6 +250,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
 
 def reconcile(job: JobKind, namespace: str, name: str) -> None:
     """Bring one job a step closer to what its spec and its pods say; serialized per job."""
+    if STOPPING.is_set():  # shutting down: work queued before SIGTERM is dropped, not done against a gone server
+        return
     with _LOCKS[(job.kind.kind, namespace, name)], metrics.RECONCILE_SECONDS.labels(job.kind.kind).time():
         _reconcile(job, namespace, name)
 
@@ -261,7 +264,7 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
 
 async def sweep_forever(stop: asyncio.Event) -> None:
     """Every PROGRESS_INTERVAL, reconcile each live job (and each finished one with a TTL) in worker threads."""
-    while not stop.is_set():
+    while not stop.is_set() and not STOPPING.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=PROGRESS_INTERVAL)
             return
@@ -271,7 +274,7 @@ async def sweep_forever(stop: asyncio.Event) -> None:
                if worth and create_errors.due((kind, ns, name))]
         results = await asyncio.gather(*(asyncio.to_thread(reconcile, *key) for key in due), return_exceptions=True)
         for (job, ns, name), result in zip(due, results):
-            if isinstance(result, Exception):
+            if isinstance(result, Exception) and not isinstance(result, ShuttingDown):
                 await asyncio.to_thread(_reconcile_failed, job, ns, name, result)
 
 
