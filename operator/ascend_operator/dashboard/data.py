@@ -19,6 +19,8 @@ def snapshot(api: client.ApiClient) -> dict[str, Any]:
     for job in sorted(jobs, key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True):
         meta, status = job["metadata"], job.get("status") or {}
         latest = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+        if status.get("phase") == "Failed":  # the cause, as in kubectl's -o wide column
+            latest = next((c for c in status["conditions"] if c.get("type") == "Failed"), latest)
         out.append({"name": meta["name"], "namespace": meta["namespace"], "phase": status.get("phase", "Pending"),
                     "progress": status.get("progress") or {}, "restarts": status.get("restarts", 0),
                     "message": latest.get("message", ""),
