@@ -2,8 +2,8 @@
 
 * 400 / 422 (the rendered object is invalid: a bad toleration, a volume named like one of ours, a name too
   long), or the Kubernetes client refusing the object before sending it (a toleration with an unknown key fails
-  its pydantic models): trying again cannot help, so the job fails with reason ``InvalidPodTemplate`` and the server's own
-  message (the phase change posts it as a Warning event); pods already created are deleted.
+  its pydantic models): trying again cannot help, so the job fails with reason ``InvalidPodTemplate`` and the
+  refusal's own message (the phase change posts it as a Warning event); pods already created are deleted.
 * anything else (403 from a ResourceQuota, 404 while a namespace terminates, 5xx after the client's retries):
   condition ``Created=False`` reason ``CreateFailed`` with the message, a Warning event, and the next attempt
   only after an exponential backoff (5 s doubling up to 5 min), instead of a silent retry on every sweep.
