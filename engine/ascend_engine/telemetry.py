@@ -203,6 +203,14 @@ def say(command: str, what: str, started: float) -> None:
         print(f"[{command}] {time.perf_counter() - started:5.1f}s {what}", file=sys.stderr, flush=True)
 
 
+def fail(command: str, message: str, reason: str, exit_code: int = 2) -> int:
+    """End a command with a known error: its one line on stderr and, on every rank, in the termination message
+    (the job's Failed condition quotes it; torchrun's traceback summary never reaches either)."""
+    print(f"ascend-engine {command}: {message}", file=sys.stderr, flush=True)
+    report_failure(reason, message)
+    return exit_code
+
+
 def format_seconds(seconds: float) -> str:
     seconds = int(max(0, seconds))
     h, rem = divmod(seconds, 3600)

@@ -7,7 +7,7 @@ failure is counted in ``ascend_operator_api_errors``.
 from __future__ import annotations
 
 import datetime as dt
-import time
+import threading
 import uuid
 from functools import cached_property
 from typing import Any, Callable, TypeVar
@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from . import metrics
 from .api.group import API_GROUP, API_VERSION, KINDS
 from .permissions import uses, uses_on_kinds
-from .settings import API_BACKOFF_S, API_RETRIES
+from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
 _PLURALS = {k.kind: k.plural for k in KINDS}
 # PodGroups of the gang schedulers (render/gang.py): apiVersion -> plural.
@@ -26,17 +26,26 @@ _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.i
 
 T = TypeVar("T")
 
+# Set when the operator is shutting down (SIGTERM): calls are no longer retried and no new reconcile starts, so
+# the process exits within its termination grace period even against an API server that is gone.
+STOPPING = threading.Event()
+
+
+class ShuttingDown(Exception):
+    """No new API call once the operator is stopping: a reconcile in flight ends at its next call."""
+
 
 def _retrying(call: Callable[[], T], retry_conflict: bool = True) -> T:
     for attempt in range(API_RETRIES + 1):
+        if STOPPING.is_set():
+            raise ShuttingDown("the operator is stopping")
         try:
             return call()
         except ApiException as e:
             metrics.API_ERRORS.labels(str(e.status)).inc()
             transient = e.status in (429,) or (e.status or 0) >= 500 or (e.status == 409 and retry_conflict)
-            if not transient or attempt == API_RETRIES:
+            if not transient or attempt == API_RETRIES or STOPPING.wait(API_BACKOFF_S * 2 ** attempt):
                 raise
-            time.sleep(API_BACKOFF_S * 2 ** attempt)
     raise AssertionError("unreachable")
 
 
@@ -47,6 +56,13 @@ class Kube:
         except config.ConfigException:
             config.load_kube_config()
         self.api = client.ApiClient()
+        # The client waits forever by default: an API server that stops answering would hold a worker (and the
+        # operator's exit) for good. Calls that name their own timeout keep it.
+        request = self.api.rest_client.request
+
+        def with_timeout(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+            return request(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT_S, **kwargs)
+        self.api.rest_client.request = with_timeout
 
     @cached_property
     def core(self) -> client.CoreV1Api:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -100,17 +101,49 @@ def main(argv: list[str] | None = None) -> int:
         kopf_ready.wait()
         first_watch_answered(lambda: _first_watch(args.namespace), stop, watching)
     threading.Thread(target=when_kopf_ready, name="readiness", daemon=True).start()
-    try:
-        kopf.run(
-            clusterwide=args.all_namespaces or not args.namespace,
-            namespaces=args.namespace,
-            standalone=True,  # one active replica is the Lease's job, not kopf peering's
-            ready_flag=kopf_ready,
-        )
-    finally:
+    failed: list[BaseException] = []
+
+    def run_kopf() -> None:
+        try:
+            kopf.run(
+                clusterwide=args.all_namespaces or not args.namespace,
+                namespaces=args.namespace,
+                standalone=True,  # one active replica is the Lease's job, not kopf peering's
+                ready_flag=kopf_ready,
+                stop_flag=stop,
+            )
+        except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+            failed.append(e)
+
+    # kopf runs in a thread of its own so that SIGTERM reaches this thread first: it stops new work at once
+    # (STOPPING: no retries, queued reconciles return) and bounds the exit by SHUTDOWN_GRACE_S, which kopf's
+    # own handling does not (it waits for every worker thread, each retrying against an API server that may be
+    # gone).
+    from .kubeclient import STOPPING
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger(__name__).info("%s received: stopping within %.0fs", signal.Signals(signum).name,
+                                         settings.SHUTDOWN_GRACE_S)
+        STOPPING.set()
         stop.set()
-        if elector is not None:
-            elector.release()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    operator = threading.Thread(target=run_kopf, name="kopf")
+    operator.start()
+    while operator.is_alive() and not stop.is_set():
+        operator.join(0.5)
+    STOPPING.set()
+    stop.set()
+    operator.join(settings.SHUTDOWN_GRACE_S)
+    if elector is not None:
+        elector.release()
+    if operator.is_alive():  # worker threads still inside a call: end the process regardless
+        logging.getLogger(__name__).warning("exiting with handlers still running after %.0fs",
+                                            settings.SHUTDOWN_GRACE_S)
+        logging.shutdown()
+        os._exit(0)
+    if failed:
+        raise failed[0]
     return 0
 
 

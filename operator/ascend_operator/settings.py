@@ -18,9 +18,15 @@ HOST_PORT_FIRST, HOST_PORT_LAST = (int(p) for p in os.environ.get("ASCEND_OPERAT
                                                                   "40000-49999").split("-"))
 HOST_PORT_BLOCK = int(os.environ.get("ASCEND_OPERATOR_HOST_PORT_BLOCK", "64"))
 
+# Seconds the operator may take to exit after SIGTERM before it ends itself (keep it below the pod's
+# terminationGracePeriodSeconds, 30 by default): in-flight API calls are not retried once it is stopping.
+SHUTDOWN_GRACE_S = float(os.environ.get("ASCEND_OPERATOR_SHUTDOWN_GRACE", "20"))
+
 # API calls that fail with 409 (conflict), 429 or 5xx are retried this many times, backing off exponentially.
 API_RETRIES = int(os.environ.get("ASCEND_OPERATOR_API_RETRIES", "5"))
 API_BACKOFF_S = float(os.environ.get("ASCEND_OPERATOR_API_BACKOFF", "0.2"))
+# (connect, read) seconds for one API call.
+REQUEST_TIMEOUT_S = (5.0, float(os.environ.get("ASCEND_OPERATOR_REQUEST_TIMEOUT", "60")))
 
 # Leader election (``run --leader-elect``): controller-runtime's defaults, seconds.
 LEASE_DURATION_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_DURATION", "15"))
@@ -31,3 +37,10 @@ LEASE_RETRY_PERIOD_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_RETRY_PERIOD"
 # operator gives each hostNetwork job its own block of ports (no clashes); hostPath is denied by default.
 ALLOW_HOST_NETWORK = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_NETWORK", "true").lower() == "true"
 ALLOW_HOST_PATH = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_PATH", "false").lower() == "true"
+# What the Pod Security Standards' baseline and restricted levels govern in a container's securityContext:
+# denied unless the chart's jobPodPolicy allows it (see handlers/pod_policy.py).
+ALLOW_PRIVILEGED = os.environ.get("ASCEND_OPERATOR_ALLOW_PRIVILEGED", "false").lower() == "true"
+ALLOW_PRIVILEGE_ESCALATION = os.environ.get("ASCEND_OPERATOR_ALLOW_PRIVILEGE_ESCALATION", "false").lower() == "true"
+ALLOW_UNMASKED_PROC_MOUNT = os.environ.get("ASCEND_OPERATOR_ALLOW_UNMASKED_PROC_MOUNT", "false").lower() == "true"
+ALLOWED_CAPABILITIES = frozenset(c.strip().upper().removeprefix("CAP_") for c in
+                                 os.environ.get("ASCEND_OPERATOR_ALLOWED_CAPABILITIES", "").split(",") if c.strip())

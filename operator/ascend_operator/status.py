@@ -7,6 +7,7 @@ from typing import Any
 
 from .api.group import LABEL_REPLICA_INDEX
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
+from .disruption import disruption
 from .failure_cause import failure_cause
 
 TERMINAL = ("Succeeded", "Failed")
@@ -123,15 +124,23 @@ def _finish(status: dict[str, Any], phase: str, reason: str, message: str, at: s
     return {**status, "phase": phase, "conditions": conditions, "completionTime": at}
 
 
-def _restart(status: dict[str, Any], reason: str, message: str, policy: RunPolicy, at: str) -> dict[str, Any]:
-    restarts = status.get("restarts", 0)
-    if restarts >= policy.backoffLimit:
+def _restart(status: dict[str, Any], reason: str, message: str, policy: RunPolicy, at: str,
+             disrupted: bool = False) -> dict[str, Any]:
+    """Another gang restart; one the cluster caused (``disrupted``) is not counted against backoffLimit."""
+    restarts, disruptions = status.get("restarts", 0), status.get("disruptions", 0)
+    counted = restarts - disruptions
+    if disrupted:
+        text = f"gang restart after a disruption (not counted against runPolicy.backoffLimit): {message}"
+        disruptions += 1
+    elif counted >= policy.backoffLimit:
         return _finish(status, "Failed", "BackoffLimitExceeded",
                        f"{message}; runPolicy.backoffLimit ({policy.backoffLimit}) restarts used", at)
-    text = f"gang restart {restarts + 1}/{policy.backoffLimit}: {message}"
+    else:
+        text = f"gang restart {counted + 1}/{policy.backoffLimit}: {message}"
     conditions = set_condition(status.get("conditions", []), "Running", "False", reason, text, at)
     conditions = set_condition(conditions, "Restarting", "True", reason, text, at)
-    return {**status, "phase": "Restarting", "conditions": conditions, "restarts": restarts + 1}
+    return {**status, "phase": "Restarting", "conditions": conditions, "restarts": restarts + 1} | \
+        ({"disruptions": disruptions} if disruptions else {})
 
 
 def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
@@ -144,9 +153,10 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
     policy = policy or RunPolicy()
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
-                                                         "progress", "phase", "hostPorts",
+                                                         "disruptions", "progress", "phase", "hostPorts",
                                                          "evaluation")}
     status.setdefault("conditions", [])
+    leaving = [(p, why) for p in pods if p["metadata"].get("deletionTimestamp") and (why := disruption(p))]
     pods = live(pods)
     status["replicas"] = counts = replica_counts(pods)
     phase = previous.get("phase")
@@ -160,7 +170,11 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
     by_phase = {ph: sorted((p for p in pods if _phase(p) == ph), key=_index)
                 for ph in ("Pending", "Running", "Succeeded", "Failed")}
     if by_phase["Failed"]:
-        failures = [_failure(p, policy) for p in by_phase["Failed"]]
+        disrupted = [(p, why) for p in by_phase["Failed"] if (why := disruption(p))]
+        if len(disrupted) == len(by_phase["Failed"]):
+            pod, why = disrupted[0]
+            return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
+        failures = [_failure(p, policy) for p in by_phase["Failed"] if not disruption(p)]
         permanent = next((f for f in failures if not f[0]), None)
         if permanent:
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
@@ -169,6 +183,9 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
         # Someone deleted a pod (a drain, a preemption): only the policy brings it back, with the whole gang.
         present = {_index(p) for p in pods}
         gone = ", ".join(f"{p}" for p in sorted(set(range(expected)) - present))
+        if leaving:  # preempted or evicted: the pod is on its way out with the cluster's reason on it
+            pod, why = leaving[0]
+            return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
         return _restart(status, "PodDeleted", f"pod index {gone} was deleted", policy, stamp)
     conditions = status["conditions"]
     if len(by_phase["Succeeded"]) == expected:

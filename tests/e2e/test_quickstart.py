@@ -1,14 +1,21 @@
 """The whole path on the embedded local cluster: apply the quickstart, the operator makes pods, the runner
-starts torchrun in each, rank 0's metrics reach status.progress, and the job ends Succeeded with a checkpoint."""
+starts torchrun in each, rank 0's metrics reach status.progress, and the job ends Succeeded with a checkpoint.
+Beside it, a job whose dataset does not exist fails with the engine's own words where users look (the real
+kubectl: -o wide and describe; ascend-train get), its failed pods and their logs kept."""
 from __future__ import annotations
 
+import copy
 import math
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ascend_operator.local.cli import main as ascend_train
 from ascend_operator.local.cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +23,46 @@ pytestmark = pytest.mark.e2e
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 
 
-def test_quickstart_runs_to_success_with_live_progress(tmp_path):
+MISSING = "/workspace/data/no-such-corpus"
+
+
+def _without_data(job: dict) -> dict:
+    broken = copy.deepcopy(job)
+    broken["metadata"]["name"] = "nodata"
+    broken["spec"]["nnodes"] = 1  # one process: the check costs the quickstart beside it little CPU
+    broken["spec"]["train"]["parallel"]["tensorModelParallelSize"] = 1
+    broken["spec"]["train"]["data"] = {"dataPath": [MISSING]}
+    broken["spec"]["train"]["checkpoint"]["save"] = "/workspace/checkpoints/nodata"
+    return broken
+
+
+def _failure_is_where_users_look(cluster: LocalCluster, capsys) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (`make tools` installs it)")
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+
+    def run(*args: str) -> str:
+        out = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    # The local runner rewrites the claim's mount path to its directory; a kubelet would leave it as written.
+    cause = "failed: exit code 1 (Error): bad training data: data.dataPath: no dataset for prefix '"
+    wide = run("get", "atj", "nodata", "-o", "wide")
+    assert wide.splitlines()[0].split()[-1] == "FAILURE" and cause in wide and "no-such-corpus" in wide, wide
+    assert "Traceback" not in wide and "ChildFailedError" not in wide
+    assert cause in run("describe", "atj", "nodata")
+    assert ascend_train(["--root", str(cluster.root), "get", "atj"]) == 0
+    assert cause in capsys.readouterr().out
+    # The failed pods stay (cleanPodPolicy Running deletes only pods still running), with their logs.
+    failed = [line.split()[0] for line in run("get", "pods", "-l", "ascendtrain.dev/job-name=nodata").splitlines()[1:]
+              if line.split()[2] == "Error"]
+    assert failed, run("get", "pods")
+    assert "no dataset for prefix" in run("logs", failed[0])
+
+
+def test_quickstart_runs_to_success_with_live_progress(tmp_path, capsys):
     job = yaml.safe_load(QUICKSTART.read_text())
     train_iters = job["spec"]["train"]["training"]["trainIters"]
     seen_running_progress = []
@@ -24,22 +70,29 @@ def test_quickstart_runs_to_success_with_live_progress(tmp_path):
         resources = cluster.client()
         atj = resources.resolve("atj")
         resources.apply(job)
+        resources.apply(_without_data(job))
         deadline = time.monotonic() + 480
         status = {}
         while time.monotonic() < deadline:
             status = resources.get(atj, "quickstart", "default").get("status") or {}
+            if (resources.get(atj, "nodata", "default").get("status") or {}).get("phase") == "Failed" and \
+                    "nodata" not in seen_running_progress:
+                seen_running_progress.append("nodata")  # checked once, while the quickstart still trains
+                _failure_is_where_users_look(cluster, capsys)
             if status.get("phase") == "Running" and status.get("progress", {}).get("iteration"):
                 seen_running_progress.append(status["progress"]["iteration"])
             if status.get("phase") in ("Succeeded", "Failed"):
                 break
             time.sleep(0.5)
         log = cluster.operator_log.read_text()[-3000:]
-        pods = {p["metadata"]["name"]: p for p in resources.list(resources.resolve("pods"), "default")}
+        pods = {p["metadata"]["name"]: p for p in resources.list(resources.resolve("pods"), "default")
+                if p["metadata"]["name"].startswith("quickstart")}
         resources.close()
     assert status.get("phase") == "Succeeded", f"status: {status}\noperator log tail:\n{log}"
     assert set(pods) == {"quickstart-0", "quickstart-1"}
     # Progress was read live from rank 0 while training ran, and the final figures came with the exit.
-    assert seen_running_progress, "no live progress while Running"
+    assert "nodata" in seen_running_progress, "the job without data did not fail while the quickstart ran"
+    assert [i for i in seen_running_progress if i != "nodata"], "no live progress while Running"
     progress = status["progress"]
     assert progress["iteration"] == train_iters == progress["trainIters"]
     assert math.isfinite(progress["loss"]) and progress["loss"] < 5.0

@@ -152,14 +152,35 @@ def test_apply_server_dry_run_validates_without_storing(cluster):
     assert bad.returncode != 0 and "is invalid" in bad.stderr
 
 
-def test_apply_then_reapply_patches_the_object(cluster):
+def test_reapply_changes_run_policy_and_refuses_other_spec_changes(cluster):
+    """The spec is immutable but for runPolicy (as a Job's template): never `configured` while nothing runs it."""
     job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
     job["metadata"]["name"] = "applied"
     path = cluster.root / "applied.yaml"
     path.write_text(yaml.safe_dump(job))
     assert "ascendtrainjob.ascendtrain.dev/applied created" in kubectl(cluster, "apply", "-f", str(path)).stdout
-    job["spec"]["train"]["training"]["trainIters"] = 7
+    job["spec"]["runPolicy"] = {"backoffLimit": 1, "suspend": True}
     path.write_text(yaml.safe_dump(job))
     assert "ascendtrainjob.ascendtrain.dev/applied configured" in kubectl(cluster, "apply", "-f", str(path)).stdout
+    job["spec"]["train"]["training"]["trainIters"] = 7
+    job["spec"]["tolerations"] = [{"key": "npu", "operator": "Exists"}]  # a field the stored spec lacks
+    path.write_text(yaml.safe_dump(job))
+    refused = kubectl(cluster, "apply", "-f", str(path), check=False)
+    assert refused.returncode != 0 and "configured" not in refused.stdout
+    for field in ("spec.train", "spec.tolerations"):
+        assert f"{field}: Forbidden: may not change once the job exists (only spec.runPolicy may)" in refused.stderr
+    assert "kubectl replace --force -f FILE" in refused.stderr
+    stored = yaml.safe_load(kubectl(cluster, "get", "atj", "applied", "-o", "yaml").stdout)
+    assert stored["spec"]["train"]["training"]["trainIters"] == 30 and stored["spec"]["runPolicy"]["backoffLimit"] == 1
+    kubectl(cluster, "replace", "--force", "-f", str(path))  # how to rerun: a new object with the new spec
     stored = yaml.safe_load(kubectl(cluster, "get", "atj", "applied", "-o", "yaml").stdout)
     assert stored["spec"]["train"]["training"]["trainIters"] == 7
+
+
+def test_every_example_applies_to_one_cluster_together(cluster):
+    """No two examples share an object name: one `kubectl apply` of the folder creates every object once."""
+    out = kubectl(cluster, "apply", "-f", str(QUICKSTART.parent), check=False)
+    objects = [line for line in out.stdout.splitlines() if line.strip()]
+    assert objects and all(line.endswith(" created") for line in objects), out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr
+    assert len(objects) == len(set(objects))

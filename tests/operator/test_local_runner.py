@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -221,3 +222,28 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
             assert main(cli + ["get", "widgets"]) == 0 and "No resources found" in capsys.readouterr().out
     assert main(["--root", str(root), "get", "pods"]) == 1  # stopped: the CLI says so without a traceback
     assert "cannot reach the local cluster" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("volume, mount, says", [
+    ({"persistentVolumeClaim": {"claimName": "../../../etc"}}, {}, "is not a valid PersistentVolumeClaim name"),
+    ({"hostPath": {"path": "/../../../etc"}}, {}, "must be a relative path without '..'"),
+    ({"emptyDir": {}}, {"subPath": "../../../../etc"}, "subPath '../../../../etc': must be a relative path"),
+    ({"emptyDir": {}}, {"subPath": "/etc"}, "subPath '/etc': must be a relative path"),
+    ({"emptyDir": {}}, {"subPath": "link/passwd"}, "resolves outside the volume"),
+])
+def test_volumes_stay_inside_the_cluster_root(tmp_path: Path, volume, mount, says):
+    """No claim name, hostPath or subPath reaches a directory outside the cluster's root (``../../../etc``)."""
+    from ascend_operator.local.pod_environment import PodSetupError, prepare_volumes
+
+    pod_dir, root = tmp_path / "pod", tmp_path / "root"
+    (pod_dir / "volumes" / "v").mkdir(parents=True)
+    (pod_dir / "volumes" / "v" / "link").symlink_to("/etc")
+    pod = {"metadata": {"name": "p", "namespace": "default"},
+           "spec": {"volumes": [{"name": "v", **volume}],
+                    "containers": [{"name": "c", "volumeMounts": [{"name": "v", "mountPath": "/data", **mount}]}]}}
+    with pytest.raises(PodSetupError, match=re.escape(says)):
+        prepare_volumes(pod, pod_dir, root, lambda *_: None, str)
+    pod["spec"]["volumes"] = [{"name": "v", "hostPath": {"path": "/usr/local/Ascend"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/data", "subPath": "driver"}]
+    mounts = prepare_volumes(pod, pod_dir, root, lambda *_: None, str)
+    assert mounts["/data"] == (root / "hostpath" / "usr/local/Ascend" / "driver").resolve()

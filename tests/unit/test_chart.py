@@ -108,7 +108,7 @@ def test_default_install_watches_the_cluster_with_a_lease_and_locked_down(chart)
     assert env["ASCEND_OPERATOR_ALLOW_HOST_NETWORK"]["value"] == "true"
     args = _operator_args(container["args"])
     assert args.all_namespaces and args.leader_elect and args.leader_election_id == "ascend-train-operator"
-    assert args.health == "0.0.0.0:8080"
+    assert args.health == "0.0.0.0:8081"
     # Liveness and readiness ask different questions.
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
@@ -232,3 +232,35 @@ def test_helm_lint_finds_no_errors():
     report = helm.lint(CHART, strict=True)
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report.get("errors", [])
     assert not problems, problems
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_container_port_is_distinct(chart, variant):
+    """Two servers on one port: the second one fails to bind and its Service points at the first."""
+    _, container = _operator_container(render(chart, VARIANTS[variant]))
+    ports = [p["containerPort"] for p in container["ports"]]
+    assert len(ports) == len(set(ports)), container["ports"]
+    with pytest.raises(Exception, match="health.port, metrics.port and dashboard.port must differ"):
+        chart.render({"health": {"port": 9102}}, name="ato", namespace="ops")
+
+
+def test_job_pod_policy_values_reach_the_operator(chart):
+    values = {"jobPodPolicy": {"allowPrivileged": True, "allowedCapabilities": ["SYS_RAWIO", "IPC_LOCK"],
+                               "allowPrivilegeEscalation": True, "allowUnmaskedProcMount": True}}
+    _, container = _operator_container(render(chart, values))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["ASCEND_OPERATOR_ALLOW_PRIVILEGED"], env["ASCEND_OPERATOR_ALLOWED_CAPABILITIES"],
+            env["ASCEND_OPERATOR_ALLOW_PRIVILEGE_ESCALATION"], env["ASCEND_OPERATOR_ALLOW_UNMASKED_PROC_MOUNT"]) == \
+        ("true", "SYS_RAWIO,IPC_LOCK", "true", "true")
+    _, container = _operator_container(render(chart, {}))
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["ASCEND_OPERATOR_ALLOW_PRIVILEGED"], env["ASCEND_OPERATOR_ALLOWED_CAPABILITIES"]) == ("false", "")
+
+
+def test_notes_show_a_job_that_needs_nothing_the_chart_does_not_make(chart):
+    notes = chart.render({}, name="ato", namespace="ops")["ascend-train-operator/templates/NOTES.txt"]
+    manifest = notes.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    job = yaml.safe_load(manifest)
+    assert job["kind"] == "AscendTrainJob" and "persistentVolumeClaim" not in manifest
+    assert job["spec"]["image"].endswith(f":{chart.metadata['appVersion']}")
+    assert f"kubectl get atj -n ops {job['metadata']['name']} -w" in notes

@@ -113,3 +113,22 @@ def test_a_broken_example_is_caught():
     schema = CustomResourceSchema(crd(RESOURCES["AscendTrainJob"])["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     errors = schema.errors(schema.prepare(job))
     assert any("nnodes x nprocPerNode must be divisible" in message for _, message in errors), errors
+
+
+def test_no_two_examples_share_an_object_or_an_output():
+    """All examples can run in one namespace at once: no object name, and no path written on the same volume,
+    is used twice (pipeline-dpo.yaml once reused pipeline.yaml's sft with another spec)."""
+    names, outputs = {}, {}
+    for name in FILES:
+        for doc in documents(name):
+            key = (doc["kind"], doc["metadata"].get("namespace", "default"), doc["metadata"]["name"])
+            assert key not in names, f"{name} and {names[key]} both define {key}"
+            names[key] = name
+            spec = doc["spec"]
+            claims = tuple(v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes", [])
+                           if "persistentVolumeClaim" in v)
+            for path in ((spec.get("prep") or {}).get("outputPrefix"), (spec.get("convert") or {}).get("saveDir"),
+                         ((spec.get("train") or {}).get("checkpoint") or {}).get("save")):
+                if path:
+                    assert (claims, path) not in outputs, f"{name} and {outputs[(claims, path)]} both write {path}"
+                    outputs[(claims, path)] = name

@@ -31,7 +31,7 @@ def test_a_stated_security_context_replaces_the_default():
     root = {"runAsUser": 0, "capabilities": {"add": ["SYS_RAWIO"]}}
     pod = render.pod("llm", "ns", _spec(securityContext=root, podSecurityContext={"fsGroup": 1000},
                                         automountServiceAccountToken=True), 0)
-    assert pod["spec"]["containers"][0]["securityContext"] == root
+    assert pod["spec"]["containers"][0]["securityContext"] == {**root, "allowPrivilegeEscalation": False}
     assert pod["spec"]["securityContext"] == {"fsGroup": 1000}
     assert pod["spec"]["automountServiceAccountToken"] is True
 
@@ -73,3 +73,45 @@ def test_grace_period_reaches_the_pod_and_torchrun():
     assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "885"
     assert render.pod("llm", "ns", _spec(terminationGracePeriodSeconds=120), 0)["spec"][
         "terminationGracePeriodSeconds"] == 120
+
+
+@pytest.mark.parametrize("context, field, value", [
+    ({"privileged": True}, "spec.securityContext.privileged", ("ALLOW_PRIVILEGED", True)),
+    ({"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_ADMIN"]}}, "spec.securityContext.capabilities.add",
+     ("ALLOWED_CAPABILITIES", frozenset({"NET_BIND_SERVICE", "SYS_ADMIN"}))),
+    ({"allowPrivilegeEscalation": True}, "spec.securityContext.allowPrivilegeEscalation",
+     ("ALLOW_PRIVILEGE_ESCALATION", True)),
+    ({"procMount": "Unmasked"}, "spec.securityContext.procMount", ("ALLOW_UNMASKED_PROC_MOUNT", True)),
+])
+def test_policy_denies_what_the_pod_security_standards_deny_unless_allowed(monkeypatch, context, field, value):
+    spec = _spec(securityContext=context)
+    message = pod_policy.denied(spec)
+    assert message.startswith(f"{field}: Forbidden: this operator's policy denies") and "jobPodPolicy." in message
+    monkeypatch.setattr(settings, *value)
+    assert pod_policy.denied(spec) is None
+
+
+def test_adding_one_allowed_capability_does_not_allow_another(monkeypatch):
+    monkeypatch.setattr(settings, "ALLOWED_CAPABILITIES", frozenset({"SYS_RAWIO"}))
+    assert pod_policy.denied(_spec(securityContext={"capabilities": {"add": ["CAP_SYS_RAWIO"]}})) is None
+    message = pod_policy.denied(_spec(securityContext={"capabilities": {"add": ["SYS_RAWIO", "SYS_PTRACE"]}}))
+    assert "denies adding SYS_PTRACE (chart value jobPodPolicy.allowedCapabilities allows: SYS_RAWIO)" in message
+
+
+@pytest.mark.parametrize("mount_path, over", [("/etc/ascendtrain", "/etc/ascendtrain"), ("/etc", "/etc/ascendtrain"),
+                                              ("/dev", "/dev/termination-log"), ("/dev/shm", "/dev/shm"),
+                                              ("/etc/ascendtrain/extra", "/etc/ascendtrain")])
+def test_mounts_over_the_engines_own_paths_are_refused(mount_path, over):
+    spec = _spec(volumes=[{"name": "v", "emptyDir": {}}], volumeMounts=[{"name": "v", "mountPath": mount_path}])
+    assert pod_policy.denied(spec) == (
+        f"spec.volumeMounts[0].mountPath: Forbidden: {mount_path} is over {over}, which the operator mounts for the "
+        "engine (its config, /dev/shm and the termination message); mount elsewhere")
+    assert pod_policy.denied(_spec(volumes=[{"name": "v", "emptyDir": {}}],
+                                   volumeMounts=[{"name": "v", "mountPath": "/workspace"}])) is None
+
+
+def test_torchrun_variables_are_explicit_env_which_wins_over_env_from():
+    """Kubernetes gives env precedence over envFrom: a ConfigMap's RANK or WORLD_SIZE cannot reach torchrun."""
+    container = render.pod("llm", "ns", _spec(envFrom=[{"configMapRef": {"name": "c"}}]), 1)["spec"]["containers"][0]
+    explicit = {e["name"] for e in container["env"]}
+    assert {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"} <= explicit

@@ -63,3 +63,29 @@ def test_a_preempted_pod_restarts_the_gang_whatever_torchrun_exits_with():
     assert "preempted after iteration 37, checkpoint /ckpt/iter_0000037" in cond["message"]
     plain = pod(0, "Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
     assert derive([plain, pod(1, "Running")], 2, {"phase": "Running"}, RunPolicy(backoffLimit=3))["phase"] == "Failed"
+
+
+def test_preemption_and_eviction_restart_the_gang_without_using_the_backoff_limit():
+    """As a Job's podFailurePolicy with DisruptionTarget -> Ignore: the cluster took the pod away."""
+    no_retries = RunPolicy(backoffLimit=0)
+    evicted = pod(1, "Failed", reason="Evicted", message="The node was low on resource: memory.",
+                  conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                               "message": "The node was low on resource: memory."}],
+                  containerStatuses=[{"state": {"terminated": {"exitCode": 137, "reason": "Error"}}}])
+    first = derive([pod(0, "Running", **ready()), evicted], 2, {"phase": "Running"}, no_retries)
+    assert (first["phase"], first["restarts"], first["disruptions"]) == ("Restarting", 1, 1)
+    restarting = next(c for c in first["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "PodDisrupted" and "not counted against runPolicy.backoffLimit" in \
+        restarting["message"] and "TerminationByKubelet" in restarting["message"]
+    # Pod 0 is being deleted by the scheduler's preemption: on its way out, with its reason.
+    preempted = pod(0, "Running", conditions=[{"type": "DisruptionTarget", "status": "True",
+                                               "reason": "PreemptionByScheduler", "message": "by prio/high"}])
+    preempted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    created = {"type": "Created", "status": "True", "reason": "Created", "message": "", "lastTransitionTime": "t"}
+    running = {**first, "phase": "Running", "conditions": first["conditions"] + [created]}
+    second = derive([preempted, pod(1, "Running", **ready())], 2, running, no_retries)
+    assert (second["phase"], second["restarts"], second["disruptions"]) == ("Restarting", 2, 2)
+    # A real failure still counts: backoffLimit 0 leaves none.
+    crashed = pod(1, "Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 137, "reason": "Error"}}}])
+    third = derive([pod(0, "Running", **ready()), crashed], 2, {**second, "phase": "Running"}, no_retries)
+    assert third["phase"] == "Failed"

@@ -7,7 +7,6 @@ forward; ``--no-kv-cache`` recomputes the whole sequence per token (the same tok
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..config.loader import add_flags, build_config
 from .config import GenerateConfig
@@ -23,13 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(GenerateConfig, args, _DESTS, args.config)
     from ..checkpoint.training import CheckpointMismatch
+    from ..telemetry import fail
     from .sample import generate
 
     try:
         text = generate(cfg)
     except (CheckpointMismatch, ValueError) as e:  # a checkpoint that does not fit, a prompt that is too long
-        print(f"ascend-engine generate: {e}", file=sys.stderr)
-        return 2
+        return fail("generate", str(e), type(e).__name__)
     if text is not None:
         print(text, flush=True)
     return 0

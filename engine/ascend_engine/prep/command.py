@@ -92,7 +92,9 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                 for s, line, message in result.truncations:
                     truncations.add(sources[s].where(line), message)
                 if result.errors and cfg.onError == "fail":
-                    report_result({"status": "Failed", "reason": "BadRecords", "errors": {
+                    first = errors.lines()[0].strip()
+                    report_result({"status": "Failed", "reason": "BadRecords",
+                                   "message": f"{errors.count} bad record(s) (onError=fail), first {first}", "errors": {
                         "count": errors.count, "listed": errors.listed[:5]}})
                     stream.write(f"ascend-engine preprocess: bad records (onError=fail), no output written:\n"
                                  + "\n".join(errors.lines()) + "\n"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from ..config.loader import ConfigError, add_flags, build_config
 from ..config.train import TrainConfig
@@ -37,21 +36,19 @@ def run(args: argparse.Namespace) -> int:
     from ..checkpoint.training import CheckpointMismatch
     from ..data.sources import DataError
     from ..device import select_backend
+    from ..telemetry import fail
     from .loop import train
 
     try:
         result = train(cfg, select_backend(cfg.device))
     except CheckpointMismatch as e:
-        print(f"ascend-engine train: cannot load checkpoint: {e}", file=sys.stderr)
-        return 2
+        return fail("train", f"cannot load checkpoint: {e}", "CheckpointMismatch")
     except DataError as e:
-        print(f"ascend-engine train: bad training data: {e}", file=sys.stderr)
-        return 2
+        return fail("train", f"bad training data: {e}", "DataError")
     if result.preempted:
         return preempted(result)
     if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
-        print("ascend-engine train: training produced no finite loss", file=sys.stderr)
-        return 1
+        return fail("train", "training produced no finite loss", "NoFiniteLoss", exit_code=1)
     return 0
 
 

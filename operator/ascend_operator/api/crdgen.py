@@ -15,6 +15,7 @@ import yaml
 
 from .admission import name_schema
 from .group import API_GROUP, API_VERSION
+from .immutability import spec_immutable_rules
 from .resources import RESOURCES, Resource
 
 _DROP = {"title", "$defs", "discriminator"}
@@ -96,6 +97,8 @@ def openapi_schema(model: type) -> dict[str, Any]:
 def crd(resource: Resource) -> dict[str, Any]:
     k = resource.kind
     spec_schema = openapi_schema(resource.spec)
+    spec_schema["x-kubernetes-validations"] = (spec_schema.get("x-kubernetes-validations", [])
+                                               + spec_immutable_rules(resource.spec))
     status_schema = openapi_schema(resource.status)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -112,7 +115,8 @@ def crd(resource: Resource) -> dict[str, Any]:
                 "storage": True,
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
-                    {"name": n, "type": t, "jsonPath": p, "description": d} for n, t, p, d in resource.columns
+                    {"name": n, "type": t, "jsonPath": p, "description": d} | ({"priority": rest[0]} if rest else {})
+                    for n, t, p, d, *rest in resource.columns
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

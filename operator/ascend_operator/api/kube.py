@@ -102,7 +102,9 @@ class PodSettings(KubeModel):
     securityContext: Annotated[dict[str, Any], Passthrough] = {}
     """The engine container's securityContext, as in a Pod spec. Empty: allowPrivilegeEscalation false,
     capabilities drop ALL, seccomp RuntimeDefault. Set, it replaces that default as a whole (e.g. for an NPU
-    driver that needs root: {runAsUser: 0, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}})."""
+    driver that needs root: {runAsUser: 0, capabilities: {drop: [ALL]}}), with allowPrivilegeEscalation false
+    unless stated. privileged, capabilities.add, allowPrivilegeEscalation: true and procMount: Unmasked are
+    refused unless the operator's jobPodPolicy allows them."""
     podSecurityContext: Annotated[dict[str, Any], Passthrough] = {}
     """The pod's securityContext (runAsUser, fsGroup, supplementalGroups, ...). Empty: seccomp RuntimeDefault."""
     terminationGracePeriodSeconds: Annotated[int, Field(ge=30, le=86400)] = 900
@@ -163,6 +165,9 @@ class JobStatusBase(KubeModel):
     """Pods by state."""
     restarts: int = 0
     """Gang restarts so far."""
+    disruptions: int = 0
+    """Of those, restarts after the cluster preempted or evicted a pod (condition DisruptionTarget): not
+    counted against runPolicy.backoffLimit."""
     startTime: str | None = None
     """When the first pod started running."""
     completionTime: str | None = None

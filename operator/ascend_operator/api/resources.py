@@ -19,13 +19,16 @@ class Resource:
     kind: Kind
     spec: type[BaseModel]
     status: type[BaseModel]
-    columns: tuple[tuple[str, str, str, str], ...]  # (name, type, jsonPath, description)
+    columns: tuple[tuple, ...]  # (name, type, jsonPath, description[, priority: 1 shows only with -o wide])
     description: str
     root_rules: tuple[dict[str, Any], ...] = ()  # CEL rules that see metadata.name (admission.py)
 
 
 _AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation")
 _PHASE = ("Phase", "string", ".status.phase", "Pending, Running, Restarting, Succeeded, Failed or Suspended")
+# `kubectl get -o wide`: why a job failed, the engine's own last error line where it wrote one.
+_FAILURE = ("Failure", "string", '.status.conditions[?(@.type=="Failed")].message',
+            "Why the job failed (the engine's last error line, from its termination message)", 1)
 
 RESOURCES: dict[str, Resource] = {
     TRAIN_JOB.kind: Resource(
@@ -38,6 +41,7 @@ RESOURCES: dict[str, Resource] = {
             ("Eval", "string", ".status.evaluation.summary", "Benchmark accuracy per task (spec.evaluation)"),
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
             _AGE,
+            _FAILURE,
         ),
         description="Pretraining or fine-tuning on N pods x M Ascend NPUs (or GPUs) with Megatron-core via torchrun.",
         root_rules=tuple(TRAIN_JOB_NAME_RULES),
@@ -45,14 +49,14 @@ RESOURCES: dict[str, Resource] = {
     DATASET_PREP.kind: Resource(
         DATASET_PREP, DatasetPrepSpec, SinglePodStatus,
         columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Records done"),
-                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
+                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE, _FAILURE),
         description="Raw jsonl/json/parquet/csv/txt/arrow -> Megatron indexed dataset (MindSpeed-LLM names).",
         root_rules=tuple(SINGLE_POD_NAME_RULES),
     ),
     CHECKPOINT_CONVERT.kind: Resource(
         CHECKPOINT_CONVERT, CheckpointConvertSpec, SinglePodStatus,
         columns=(_PHASE, ("Done", "integer", ".status.progress.done", "Layers done"),
-                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE),
+                 ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE, _FAILURE),
         description="HuggingFace <-> Megatron-core checkpoint conversion with TP/PP resharding and LoRA merge.",
         root_rules=tuple(SINGLE_POD_NAME_RULES),
     ),

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
+from ..kubeclient import STOPPING, ShuttingDown
 from ..progress import scrape, scrape_series
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
@@ -110,7 +111,7 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
                 kube().update_config_map(namespace, o)
             elif kube().create(namespace, o):
                 created.append(f"{o['kind']}/{o['metadata']['name']}")
-        except ApiException as e:
+        except (ApiException, ValueError, TypeError) as e:  # the server's refusal, or the client's before sending
             raise create_errors.ChildCreateFailed(f"{o['kind']}/{o['metadata']['name']}", e) from None
     return created
 
@@ -258,6 +259,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
 
 def reconcile(job: JobKind, namespace: str, name: str) -> None:
     """Bring one job a step closer to what its spec and its pods say; serialized per job."""
+    if STOPPING.is_set():  # shutting down: work queued before SIGTERM is dropped, not done against a gone server
+        return
     with _LOCKS[(job.kind.kind, namespace, name)], metrics.RECONCILE_SECONDS.labels(job.kind.kind).time():
         _reconcile(job, namespace, name)
 
@@ -270,17 +273,32 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
 
 async def sweep_forever(stop: asyncio.Event) -> None:
     """Every PROGRESS_INTERVAL, reconcile each live job (and each finished one with a TTL) in worker threads."""
-    while not stop.is_set():
+    while not stop.is_set() and not STOPPING.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=PROGRESS_INTERVAL)
             return
         except asyncio.TimeoutError:
             pass
-        due = [(job, ns, name) for (_, ns, name), (job, worth) in list(_KNOWN.items()) if worth]
+        due = [(job, ns, name) for (kind, ns, name), (job, worth) in list(_KNOWN.items())
+               if worth and create_errors.due((kind, ns, name))]
         results = await asyncio.gather(*(asyncio.to_thread(reconcile, *key) for key in due), return_exceptions=True)
-        for key, result in zip(due, results):
-            if isinstance(result, Exception):
-                logger.warning("reconciling %s %s/%s failed: %s", key[0].kind.kind, key[1], key[2], result)
+        for (job, ns, name), result in zip(due, results):
+            if isinstance(result, Exception) and not isinstance(result, ShuttingDown):
+                await asyncio.to_thread(_reconcile_failed, job, ns, name, result)
+
+
+def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception) -> None:
+    """A sweep that raised (the API server refusing a status patch, a pod list timing out) is tried again only
+    after a capped exponential backoff, and says so in a Warning event instead of a log line every sweep."""
+    failures, delay = create_errors.backoff((job.kind.kind, namespace, name))
+    message = f"reconciling failed (attempt {failures}; next in {delay:.0f}s): {type(error).__name__}: {error}"
+    logger.warning("%s %s/%s: %s", job.kind.kind, namespace, name, message)
+    try:
+        obj = kube().get_custom(job.kind.kind, namespace, name)
+        if obj is not None:
+            _event(obj, "ReconcileFailed", message, warning=True)
+    except Exception as e:  # the API server itself may be what failed
+        logger.warning("no event for %s %s/%s: %s", job.kind.kind, namespace, name, e)
 
 
 def register(job: JobKind) -> None:

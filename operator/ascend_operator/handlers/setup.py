@@ -9,6 +9,7 @@ import kopf
 from .. import metrics
 from ..api.group import API_GROUP
 from ..dashboard.server import serve as serve_dashboard
+from ..kubeclient import STOPPING
 from .common import kube
 from ..settings import DASHBOARD_PORT, METRICS_PORT
 from .lifecycle import sweep_forever
@@ -39,6 +40,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
 
 @kopf.on.cleanup()
 async def stop_sweeping(**_) -> None:
+    STOPPING.set()  # in-flight reconciles stop retrying; queued ones return at once
     while _servers:
         _servers.pop().shutdown()
     if _sweep:

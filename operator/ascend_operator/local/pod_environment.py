@@ -135,6 +135,21 @@ def _field_ref(pod: dict[str, Any], path: str) -> str:
     return simple[path] or ""
 
 
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _confined(base: Path, relative: str, what: str) -> Path:
+    """``base / relative``, refused unless it stays inside ``base`` after resolving ``..`` and symbolic links:
+    a kubelet mounts only what the volume names, so no spelling of a claim, subPath or hostPath may reach the
+    rest of this machine (kube-apiserver already refuses absolute subPaths and ``..`` components)."""
+    if relative.startswith("/") or ".." in Path(relative).parts:
+        raise PodSetupError(f"{what} {relative!r}: must be a relative path without '..'")
+    target = (base / relative).resolve()
+    if not target.is_relative_to(base.resolve()):
+        raise PodSetupError(f"{what} {relative!r}: resolves outside the volume ({target})")
+    return target
+
+
 def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
                     translate_text: Callable[[str], str]) -> dict[str, Path]:
     """Create the host directories behind the pod's volumes; returns mountPath -> host path for its container."""
@@ -147,9 +162,15 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
         if "emptyDir" in volume:
             volumes[name] = pod_dir / "volumes" / name
         elif "persistentVolumeClaim" in volume:  # like a local-path provisioner: one directory per claim
-            volumes[name] = cluster_root / "pvc" / namespace / volume["persistentVolumeClaim"]["claimName"]
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            if len(claim) > 253 or not _DNS1123_SUBDOMAIN.match(claim):  # no PVC can have such a name
+                raise PodSetupError(f'volume "{name}": persistentVolumeClaim.claimName {claim!r} is not a valid '
+                                    "PersistentVolumeClaim name (a DNS-1123 subdomain)")
+            volumes[name] = _confined(cluster_root / "pvc" / namespace, claim, f'volume "{name}": claimName')
         elif "hostPath" in volume:
-            volumes[name] = Path(volume["hostPath"]["path"])
+            # Differs from a kubelet: the "node's" filesystem is <root>/hostpath, never this machine's own.
+            host = volume["hostPath"]["path"]
+            volumes[name] = _confined(cluster_root / "hostpath", host.lstrip("/"), f'volume "{name}": hostPath')
         elif "configMap" in volume or "secret" in volume:
             kind = "configmaps" if "configMap" in volume else "secrets"
             source = volume.get("configMap") or volume.get("secret") or {}
@@ -165,6 +186,8 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
             items = source.get("items")
             projected[name] = ({item["path"]: data[item["key"]] for item in items if item["key"] in data}
                                if items else data)
+            for rel in projected[name]:
+                _confined(pod_dir / "volumes" / name, rel, f'volume "{name}": items path')
             volumes[name] = pod_dir / "volumes" / name
         else:
             # Differs from a kubelet: other volume types (projected, downwardAPI, csi, nfs...) are not emulated.
@@ -177,7 +200,8 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
     for mount in container.get("volumeMounts") or []:
         if mount["name"] not in volumes:
             raise PodSetupError(f'volumeMount "{mount["name"]}" names no volume of the pod')
-        host = volumes[mount["name"]] / mount["subPath"] if mount.get("subPath") else volumes[mount["name"]]
+        host = _confined(volumes[mount["name"]], mount["subPath"], f'volumeMount "{mount["name"]}": subPath') \
+            if mount.get("subPath") else volumes[mount["name"]]
         mounts[mount["mountPath"]] = host
     # Projected files are written after all mounts are known, so paths inside them translate too.
     translate = PathTranslator(mounts)

@@ -11,16 +11,15 @@ Differs from a real API server: JSONPath in printer columns is the dotted subset
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Callable
 from typing import Any
 
+from .printing import jsonpath
 from .resource_types import ResourceType
 
 TABLE_MEDIA = "as=Table"
 _NAME_COLUMN = {"name": "Name", "type": "string", "format": "name", "priority": 0,
                 "description": "Name must be unique within a namespace."}
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def wants_table(accept: str) -> bool:
@@ -55,19 +54,6 @@ def human_age(stamp: str | None, now: datetime.datetime | None = None) -> str:
         return f"{minutes}m"
     hours = minutes // 60
     return f"{hours}h" if hours < 48 else f"{hours // 24}d"
-
-
-def json_path(obj: Any, path: str) -> Any:
-    """The value at a printer column's JSONPath (``.status.progress.loss``), or None where it is absent."""
-    value = obj
-    for key, index in _PATH_PART.findall(path.strip().lstrip("{").rstrip("}")):
-        if key:
-            value = value.get(key) if isinstance(value, dict) else None
-        else:
-            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
-        if value is None:
-            return None
-    return value
 
 
 def _column(name: str, kind: str = "string", description: str = "", priority: int = 0) -> dict[str, Any]:
@@ -173,7 +159,7 @@ def _crd_columns(rt: ResourceType) -> tuple[list[dict[str, Any]], Callable[[dict
          "description": c.get("description", ""), "priority": int(c.get("priority", 0))} for c in declared]
 
     def cell(obj: dict[str, Any], column: dict[str, Any]) -> Any:
-        value = json_path(obj, column["jsonPath"])
+        value = jsonpath(obj, column["jsonPath"])  # kube-apiserver evaluates full JSONPath, filters included
         if column.get("type") == "date" and isinstance(value, str):
             return human_age(value)  # the server renders a date as an age, as kube-apiserver does
         return value
