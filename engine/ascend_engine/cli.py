@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
     from .config.loader import ConfigError
+    from .stacks import install_stack_dump
     from .telemetry import report_failure, serve_metrics_from_env
 
+    install_stack_dump()  # SIGUSR1: all threads' stacks to stderr, for diagnosing a hang
     serve_metrics_from_env()  # one-pod jobs: the operator reads progress from here
 
     try:

@@ -49,7 +49,7 @@ def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     print(f"SIGTERM to checkpoint of iteration {iteration}: {saved_in:.2f}s in the engine, "
           f"{time.monotonic() - sent:.2f}s until torchrun exited (tiny model, 2 CPU ranks, loaded machine)")
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(iteration)
-    assert sorted(p.name for p in (ckpt / f"iter_{iteration:07d}").iterdir()) == ["mp_rank_00"]
+    assert sorted(p.name for p in (ckpt / f"iter_{iteration:07d}").iterdir()) == ["manifest.json", "mp_rank_00"]
     assert json.loads(report.read_text()) == {"status": "Failed", "reason": "Preempted", "iteration": iteration,
                                               "checkpoint": str(ckpt / f"iter_{iteration:07d}")}
 
