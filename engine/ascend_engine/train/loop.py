@@ -216,8 +216,10 @@ class Trainer:
         self.finish_save()  # a save in flight lands before the run ends (or stops on SIGTERM)
         if cfg.checkpoint.save and self.last_checkpoint != self.iteration:
             checkpoint = self.save()
-        elif cfg.checkpoint.save:
-            checkpoint = str(cfg.checkpoint.save)
+        elif cfg.checkpoint.save:  # this iteration's checkpoint is already saved (at an interval)
+            from ..checkpoint.layout import iteration_dir
+
+            checkpoint = str(iteration_dir(cfg.checkpoint.save, self.iteration))
         preemption.uninstall()
         if preempted and rank0:
             print(f"preempted: stopped after iteration {self.iteration}, checkpoint "
