@@ -38,14 +38,15 @@ def _gather(obj) -> list:
     return out
 
 
-def serialize(obj) -> bytes:
-    """``torch.save`` into memory: a snapshot of the tensors' values at this moment."""
+def serialize(obj) -> memoryview:
+    """``torch.save`` into memory: a snapshot of the tensors' values at this moment (a view of the buffer, not a
+    second copy of it)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return buffer.getvalue()
+    return buffer.getbuffer()
 
 
-def write_file(data: bytes, path: Path) -> None:
+def write_file(data: bytes | memoryview, path: Path) -> None:
     """Write, flush to the device, then rename into place: a reader never sees half a file under its name."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -58,7 +59,7 @@ def write_file(data: bytes, path: Path) -> None:
 class CheckpointWrite:
     """One rank's part of a checkpoint on its way to disk."""
 
-    def __init__(self, root: Path, iteration: int, rank_dir: Path, files: dict[str, bytes], is_rank0: bool,
+    def __init__(self, root: Path, iteration: int, rank_dir: Path, files: dict[str, memoryview], is_rank0: bool,
                  keep_last: int | None):
         self.root, self.iteration, self.rank_dir, self.is_rank0 = root, iteration, rank_dir, is_rank0
         self.final = iteration_dir(root, iteration)
@@ -129,7 +130,7 @@ class CheckpointWrite:
         return self.final
 
 
-def begin_checkpoint(root: str | os.PathLike, iteration: int, rank_dir_name: str, files: dict[str, bytes],
+def begin_checkpoint(root: str | os.PathLike, iteration: int, rank_dir_name: str, files: dict[str, memoryview],
                      is_rank0: bool, background: bool = False, keep_last: int | None = None) -> CheckpointWrite:
     """Collective: every rank calls it with the files it writes into ``rank_dir_name`` (none on most ranks)."""
     root = Path(root)

@@ -97,7 +97,7 @@ def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWri
         shards = io.BytesIO()  # gathered to data-parallel rank 0, which alone writes into the buffer
         trainer.optimizer.save_parameter_state(shards)
         if shards.tell():
-            files[DISTRIB_OPTIM_FILE] = shards.getvalue()
+            files[DISTRIB_OPTIM_FILE] = shards.getbuffer()
     return begin_checkpoint(cfg.checkpoint.save, trainer.iteration,
                             rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep), files,
                             is_rank0=info.rank == 0, background=background,
