@@ -127,7 +127,7 @@ def _read_rank_file(root, trainer, collective: bool = True) -> tuple[int | str, 
     for the next older one, the same on every rank (``collective``: they agree over one all-gather). Without
     ``collective`` (a reference model read by some ranks only) damage is an error instead.
     """
-    cfg, info = trainer.cfg, trainer.info
+    info = trainer.info
     latest = read_latest(root)
     if latest is None:
         if info.rank == 0:
