@@ -164,9 +164,10 @@ class Trainer:
         from ..checkpoint.training import save_training_checkpoint
 
         self.finish_save()
-        self.pending_save = save_training_checkpoint(self, background=self.cfg.checkpoint.asyncSave and not blocking)
+        background = self.cfg.checkpoint.asyncSave and not blocking
+        self.pending_save = save_training_checkpoint(self, background=background)
         path = self.pending_save.final
-        if blocking:
+        if not background:
             self.finish_save()
         return str(path)
 
