@@ -211,6 +211,16 @@ def fail(command: str, message: str, reason: str, exit_code: int = 2) -> int:
     return exit_code
 
 
+# A line in a pod's log that the operator can turn into a Kubernetes event on the job (engine -> operator, like
+# the metric names above): the prefix, then one JSON object with "type" (Normal / Warning), "reason", "message".
+EVENT_PREFIX = "ascend-event: "
+
+
+def emit_event(event_type: str, reason: str, message: str) -> None:
+    print(EVENT_PREFIX + json.dumps({"type": event_type, "reason": reason, "message": message[-1000:]}),
+          file=sys.stderr, flush=True)
+
+
 def format_seconds(seconds: float) -> str:
     seconds = int(max(0, seconds))
     h, rem = divmod(seconds, 3600)

@@ -18,18 +18,18 @@ DIE_WHILE_SAVING = '''
 import os, signal, sys
 from ascend_engine.checkpoint import save
 
-real = save.atomic_torch_save
+real = save.write_file
 
-def dying(obj, path):
+def dying(data, path):
     if os.environ["RANK"] == "1" and "iter_0000008" in str(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_name("." + path.name + ".tmp"), "wb") as f:
             f.write(b"half a shard")
             f.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(obj, path)
+    return real(data, path)
 
-save.atomic_torch_save = dying
+save.write_file = dying
 from ascend_engine.cli import main
 sys.exit(main())
 '''

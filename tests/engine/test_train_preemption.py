@@ -20,7 +20,7 @@ pytestmark = pytest.mark.engine
 def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
     config = {**TINY, "training": {**TINY["training"], "trainIters": 400},
-              "checkpoint": {"save": str(ckpt), "load": str(ckpt)}}
+              "checkpoint": {"save": str(ckpt), "load": str(ckpt), "saveInterval": 2}}  # background saves in flight
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     report = tmp_path / "termination-log"
     cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
@@ -35,6 +35,25 @@ def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
             completed = int(m[1])
             if completed >= 3:
                 break
+    # A hang diagnosis on the way: SIGUSR1 makes a worker print every thread's stack and train on. One worker at a
+    # time: both write to the same pipe, and two dumps at once interleave character by character.
+    workers = _children(proc.pid)
+    assert len(workers) == 2, workers
+    start = len(seen)
+    for pid in workers:
+        os.kill(pid, signal.SIGUSR1)
+        for line in proc.stdout:  # the dump ends with the interpreter's entry point, the main thread's outermost frame
+            seen.append(line)
+            if "in _run_module_as_main" in line:
+                break
+    for line in proc.stdout:
+        seen.append(line)
+        if (m := LINE.search(line)) and int(m[1]) > completed + 2:
+            break
+    dump = "".join(seen[start:])
+    # each worker's main thread in the training loop, and its other threads (the preemption watchdog) too
+    assert dump.count("Current thread 0x") == 2 and dump.count("Thread 0x") >= 2, dump[-3000:]
+    assert 'ascend_engine/train/loop.py", line' in dump and "in _watch" in dump, dump[-3000:]
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rest, _ = proc.communicate(timeout=120)
@@ -49,7 +68,7 @@ def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     print(f"SIGTERM to checkpoint of iteration {iteration}: {saved_in:.2f}s in the engine, "
           f"{time.monotonic() - sent:.2f}s until torchrun exited (tiny model, 2 CPU ranks, loaded machine)")
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(iteration)
-    assert sorted(p.name for p in (ckpt / f"iter_{iteration:07d}").iterdir()) == ["mp_rank_00"]
+    assert sorted(p.name for p in (ckpt / f"iter_{iteration:07d}").iterdir()) == ["manifest.json", "mp_rank_00"]
     assert json.loads(report.read_text()) == {"status": "Failed", "reason": "Preempted", "iteration": iteration,
                                               "checkpoint": str(ckpt / f"iter_{iteration:07d}")}
 
@@ -60,3 +79,12 @@ def test_sigterm_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     assert "loaded checkpoint" in rerun.stdout
     assert [s[0] for s in steps] == [iteration + 1, iteration + 2]
     assert steps[0][1] == 4 * (iteration + 1)  # the data position continues too
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (torchrun's workers), from /proc."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(child) for child in f.read().split()]
+    return out

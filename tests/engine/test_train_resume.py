@@ -94,7 +94,7 @@ def test_resume_with_distributed_optimizer_continues_bitwise(tmp_path, layout):
     assert [s[0] for s in resumed] == list(range(6, 11))
     assert [(s[1], s[2]) for s in resumed] == [(s[1], s[2]) for s in straight[5:]], "losses or data position differ"
     assert "ETA:" in stdout
-    for rank_dir in sorted((straight_dir / "iter_0000010").iterdir()):
+    for rank_dir in sorted(p for p in (straight_dir / "iter_0000010").iterdir() if p.is_dir()):
         other = resumed_dir / "iter_0000010" / rank_dir.name
         a = torch.load(rank_dir / "model_optim_rng.pt", weights_only=False)
         b = torch.load(other / "model_optim_rng.pt", weights_only=False)

@@ -71,7 +71,7 @@ def test_two_processes_train_and_save(tmp_path, layout):
     root = tmp_path / "ckpt"
     assert (root / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
     ranks = ["mp_rank_00", "mp_rank_01"] if layout == "tp2" else ["mp_rank_00"]
-    assert sorted(p.name for p in (root / "iter_0000010").iterdir()) == ranks
+    assert sorted(p.name for p in (root / "iter_0000010").iterdir()) == ["manifest.json", *ranks]
     for rank in ranks:
         state = torch.load(root / "iter_0000010" / rank / "model_optim_rng.pt", weights_only=False)
         assert {"model", "args", "optimizer", "opt_param_scheduler", "rng_state", "checkpoint_version",

@@ -9,6 +9,7 @@ only, whatever iteration it is at) and ``lora.loraLoad`` the adapter run to resu
 """
 from __future__ import annotations
 
+import io
 import random
 import sys
 
@@ -16,12 +17,12 @@ import numpy as np
 import torch
 
 from .distrib_optim import load_distributed_optimizer
-from .layout import RELEASE, checkpoint_dir, read_latest
+from .layout import MODEL_FILE, RELEASE, iteration_dir, rank_dir_name, read_latest
+from .manifest import CorruptCheckpoint, read_manifest, read_verified
 from .megatron_args import megatron_args
-from .save import save_checkpoint
+from .save import CHECKPOINT_VERSION, CheckpointWrite, begin_checkpoint, saved_iterations, serialize
 from .scheduler import mismatch_message, schedule_differences
 
-MODEL_FILE = "model_optim_rng.pt"
 DISTRIB_OPTIM_FILE = "distrib_optim.pt"
 
 
@@ -65,17 +66,18 @@ def model_entries(models: list[dict]) -> dict:
     return {"model": models[0]} if len(models) == 1 else {f"model{i}": m for i, m in enumerate(models)}
 
 
-def save_training_checkpoint(trainer):
+def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWrite:
     """Collective. One file per model-parallel rank (TP, PP and EP), written by data-parallel rank 0 of each
-    (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written)."""
+    (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written). Everything
+    is serialised before this returns; with ``background`` the files are written while training goes on, and the
+    caller ``finish``es the returned write (collective) before the checkpoint counts."""
     from megatron.core import parallel_state
 
     from ..train.loop import unwrap
 
     cfg, info = trainer.cfg, trainer.info
     rngs = _gather_over_dp(rng_state())
-    distributed = cfg.parallel.useDistributedOptimizer
-    state = None
+    files = {}
     writer = parallel_state.get_expert_data_parallel_rank() == 0 if info.ep > 1 else info.dp_rank == 0
     if writer:
         models = [unwrap(chunk).state_dict_for_save_checkpoint() for chunk in trainer.chunks]
@@ -83,20 +85,23 @@ def save_training_checkpoint(trainer):
             from ..models.lora import adapter_state
 
             models = [adapter_state(model) for model in models]
-        state = {
+        files[MODEL_FILE] = serialize({
             "args": megatron_args(cfg, info.world_size, trainer.iteration, trainer.consumed),
             **model_entries(models),
             "optimizer": trainer.optimizer.state_dict(),
             "opt_param_scheduler": trainer.scheduler.state_dict(),
             "rng_state": rngs,
-        }
-
-    def write_optimizer_shards(rank_dir):
-        trainer.optimizer.save_parameter_state(str(rank_dir / DISTRIB_OPTIM_FILE))
-
-    return save_checkpoint(cfg.checkpoint.save, trainer.iteration, state, info.tp_rank, info.pp_rank, info.pp,
-                           is_rank0=info.rank == 0, write_collective=write_optimizer_shards if distributed else None,
-                           ep_rank=info.ep_rank, ep=info.ep)
+            "checkpoint_version": CHECKPOINT_VERSION, "iteration": trainer.iteration,
+        })
+    if cfg.parallel.useDistributedOptimizer:
+        shards = io.BytesIO()  # gathered to data-parallel rank 0, which alone writes into the buffer
+        trainer.optimizer.save_parameter_state(shards)
+        if shards.tell():
+            files[DISTRIB_OPTIM_FILE] = shards.getbuffer()
+    return begin_checkpoint(cfg.checkpoint.save, trainer.iteration,
+                            rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep), files,
+                            is_rank0=info.rank == 0, background=background,
+                            keep_last=cfg.checkpoint.keepLastCheckpoints)
 
 
 def _check_layout(args, cfg, where) -> None:
@@ -114,23 +119,98 @@ def _check_layout(args, cfg, where) -> None:
                 f"`ascend-engine convert` (mcore -> mcore) or match the config")
 
 
-def _read_rank_file(root, trainer) -> tuple[int | str, object, dict] | None:
-    """(iteration, folder, state) of this rank in ``root``'s latest checkpoint; None when there is none yet."""
-    cfg, info = trainer.cfg, trainer.info
-    iteration = read_latest(root)
-    if iteration is None:
+def _read_rank_file(root, trainer, collective: bool = True) -> tuple[int | str, object, dict, bytes | None] | None:
+    """(iteration, folder, state, distributed-optimizer shards) of this rank in ``root``'s newest checkpoint that
+    every rank can read and verify; None when there is none yet.
+
+    A checkpoint whose files do not match its manifest (or that cannot be unpickled) is skipped with a warning
+    for the next older one, the same on every rank (``collective``: they agree over one all-gather). Without
+    ``collective`` (a reference model read by some ranks only) damage is an error instead.
+    """
+    info = trainer.info
+    latest = read_latest(root)
+    if latest is None:
         if info.rank == 0:
             print(f"no checkpoint in {root} (no latest_checkpointed_iteration.txt): starting fresh",
                   file=sys.stderr, flush=True)
         return None
-    folder = checkpoint_dir(root, iteration, info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
-    path = folder / MODEL_FILE
-    if not path.is_file():
-        raise CheckpointMismatch(f"{path}: missing; the checkpoint does not have this run's tensor/pipeline layout")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    candidates = [latest]
+    if collective and latest != RELEASE:
+        candidates += [i for i in reversed(saved_iterations(root)) if i < latest]
+    problems: list[str] = []
+    for iteration in candidates:
+        found, problem, mismatch = None, None, None
+        try:
+            found = _read_candidate(root, iteration, trainer)
+        except CorruptCheckpoint as e:
+            problem = str(e)
+        except CheckpointMismatch as e:
+            mismatch = str(e)
+        if not collective:
+            if problem or mismatch:
+                raise CheckpointMismatch(mismatch or f"damaged checkpoint: {problem}")
+            return found
+        seen = _gather_over_world((problem, mismatch))
+        mismatches = [m for _, m in seen if m]
+        if mismatches:  # every rank stops, not only those that saw it
+            raise CheckpointMismatch(mismatch or mismatches[0])
+        if not any(p for p, _ in seen):
+            if problems:
+                _report_fallback(root, latest, iteration, problems, info.rank == 0)
+            return found
+        problems += sorted({p for p, _ in seen if p})
+    raise CheckpointMismatch(f"{root}: no loadable checkpoint: " + "; ".join(problems))
+
+
+def _read_candidate(root, iteration, trainer) -> tuple[int | str, object, dict, bytes | None]:
+    """This rank's files of one checkpoint, verified against its manifest (when it has one) and unpickled."""
+    cfg, info = trainer.cfg, trainer.info
+    top = iteration_dir(root, iteration)
+    if not top.is_dir():
+        raise CorruptCheckpoint(top, "missing (the tracker file names it)")
+    entries = read_manifest(top)
+    rank = rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
+    folder = top / rank
+    if not (folder / MODEL_FILE).is_file() and entries is None:
+        raise CheckpointMismatch(f"{folder / MODEL_FILE}: missing; the checkpoint does not have this run's "
+                                 "tensor/pipeline layout")
+    if entries is not None and f"{rank}/{MODEL_FILE}" not in entries:
+        raise CheckpointMismatch(f"{folder / MODEL_FILE}: missing; the checkpoint does not have this run's "
+                                 "tensor/pipeline layout")
+    data = read_verified(top, f"{rank}/{MODEL_FILE}", entries)
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    except Exception as e:  # a damaged file without a manifest to say so
+        raise CorruptCheckpoint(folder / MODEL_FILE, f"cannot be unpickled ({type(e).__name__}: {e})") from None
     if "args" in state:
-        _check_layout(state["args"], cfg, path)
-    return iteration, folder, state
+        _check_layout(state["args"], cfg, folder / MODEL_FILE)
+    shards = None
+    reads_shards = (cfg.parallel.useDistributedOptimizer and cfg.checkpoint.loadOptim and info.dp_rank == 0
+                    and "optimizer" in state and iteration != RELEASE)
+    if reads_shards and entries is not None:  # unverifiable shards are left to the optimizer's own loader
+        shards = read_verified(top, f"{rank}/{DISTRIB_OPTIM_FILE}", entries)
+    return iteration, folder, state, shards
+
+
+def _gather_over_world(obj) -> list:
+    if not torch.distributed.is_initialized():
+        return [obj]
+    out = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def _report_fallback(root, latest, used, problems: list[str], rank0: bool) -> None:
+    """Loud on purpose: a warning in the log naming each damaged file, and an event line the operator turns
+    into a Warning event on the job."""
+    from ..telemetry import emit_event
+
+    if not rank0:
+        return
+    message = (f"checkpoint {root}: iteration {latest} is damaged ({'; '.join(problems)}); "
+               f"resuming from iteration {used}, the newest one that verifies")
+    print(f"WARNING {message}", file=sys.stderr, flush=True)
+    emit_event("Warning", "CheckpointFallback", message)
 
 
 def _load_model(trainer, state: dict, where, adapters: bool) -> None:
@@ -178,18 +258,24 @@ def _restore_scheduler(trainer, saved: dict, where) -> None:
               flush=True)
 
 
-def _resume(trainer, iteration, folder, state) -> None:
+def _resume(trainer, iteration, folder, state, shards: bytes | None) -> None:
     """Optimizer, scheduler, RNG, iteration and data position, as ``cfg.checkpoint`` allows."""
     cfg, info, ck = trainer.cfg, trainer.info, trainer.cfg.checkpoint
     if ck.loadOptim and "optimizer" in state:
         if cfg.parallel.useDistributedOptimizer:
-            load_distributed_optimizer(trainer.optimizer, state["optimizer"], str(folder / DISTRIB_OPTIM_FILE))
+            load_distributed_optimizer(trainer.optimizer, state["optimizer"],
+                                       io.BytesIO(shards) if shards is not None else str(folder / DISTRIB_OPTIM_FILE))
         else:
             trainer.optimizer.load_state_dict(state["optimizer"])
         _restore_scheduler(trainer, state["opt_param_scheduler"], folder / MODEL_FILE)
     if ck.loadRng and "rng_state" in state:
         rngs = state["rng_state"]
         set_rng_state(rngs[info.dp_rank] if len(rngs) == info.dp else rngs[0])
+    saved_dp = getattr(state.get("args"), "data_parallel_size", info.dp)
+    if saved_dp != info.dp and info.rank == 0:
+        print(f"data-parallel size {saved_dp} -> {info.dp}: the same global batch of {cfg.training.globalBatchSize} "
+              f"samples in {trainer.num_micro} micro-batches per rank and step; optimizer state resharded",
+              flush=True)
     trainer.iteration = int(state["iteration"])
     trainer.consumed = int(getattr(state.get("args"), "consumed_train_samples", trainer.iteration
                                    * cfg.training.globalBatchSize))
@@ -208,19 +294,19 @@ def load_training_checkpoint(trainer) -> str | None:
     loaded = []
     base = _read_rank_file(ck.load, trainer) if ck.load else None
     if base is not None:
-        iteration, folder, state = base
+        iteration, folder, state, shards = base
         _load_model(trainer, state, folder, adapters=False)
         if not lora.enabled and not ck.finetune and iteration != RELEASE:
-            _resume(trainer, iteration, folder, state)
+            _resume(trainer, iteration, folder, state, shards)
             loaded.append(f"{ck.load} at iteration {iteration}")
         else:
             loaded.append(f"{ck.load} (weights only{', frozen LoRA base' if lora.enabled else ''})")
     adapter = _read_rank_file(lora.loraLoad, trainer) if lora.loraLoad else None
     if adapter is not None:
-        iteration, folder, state = adapter
+        iteration, folder, state, shards = adapter
         _load_model(trainer, state, folder, adapters=True)
         if not ck.finetune and iteration != RELEASE:
-            _resume(trainer, iteration, folder, state)
+            _resume(trainer, iteration, folder, state, shards)
         loaded.append(f"LoRA adapters {lora.loraLoad} at iteration {iteration}")
     if not loaded:
         return None
@@ -234,10 +320,10 @@ def load_model_weights(gpt, root, trainer, score_head: bool = False) -> None:
     frozen DPO reference, or with ``score_head`` GRPO's reward model, which must be an ORM checkpoint (a language
     model's would otherwise load with a fresh, random score head). A folder without a checkpoint is an error here,
     not a fresh start."""
-    found = _read_rank_file(root, trainer)
+    found = _read_rank_file(root, trainer, collective=False)
     if found is None:
         raise CheckpointMismatch(f"{root}: no checkpoint (latest_checkpointed_iteration.txt missing)")
-    _, folder, state = found
+    _, folder, state, _ = found
     if "model" not in state:
         raise CheckpointMismatch(f"{folder}: a checkpoint with virtual pipeline stages cannot be a reference model")
     args = state.get("args")

@@ -156,6 +156,13 @@ class CheckpointConfig(EngineModel):
     """Restore optimizer state when loading."""
     loadRng: Annotated[bool, Flag("--no-load-rng", invert=True)] = True
     """Restore random-number-generator state when loading."""
+    asyncSave: Annotated[bool, Flag("--no-async-save", invert=True)] = True
+    """Write checkpoints in the background: the step after a save starts once the state is copied to host
+    memory, and the checkpoint becomes ``latest`` at a later step boundary when every rank's files are on disk
+    (always before the run ends or stops on SIGTERM)."""
+    keepLastCheckpoints: Annotated[int | None, Field(ge=0), Flag("--keep-last-checkpoints")] = None
+    """Keep only this many newest checkpoints in ``save`` (the latest included); 0 or unset keeps all, as
+    Megatron-LM does."""
 
 
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]

@@ -94,6 +94,7 @@ class Trainer:
         self.consumed = 0
         self.router_losses: dict[str, float] = {}
         self.last_checkpoint: int | None = None
+        self.pending_save = None  # a CheckpointWrite whose files are still being written
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
         if cfg.checkpoint.load or cfg.lora.loraLoad:
             from ..checkpoint.training import load_training_checkpoint
@@ -166,12 +167,28 @@ class Trainer:
 
     # ------------------------------------------------------------ the run
 
-    def save(self) -> str:
+    def save(self, blocking: bool = True) -> str:
+        """Collective: checkpoint this iteration. With ``checkpoint.asyncSave`` and not ``blocking`` the files are
+        written while training goes on and the checkpoint counts (``last_checkpoint``, the tracker file) once
+        ``finish_save`` has run; one save is in flight at a time."""
         from ..checkpoint.training import save_training_checkpoint
 
-        path = save_training_checkpoint(self)
-        self.last_checkpoint = self.iteration
+        self.finish_save()
+        background = self.cfg.checkpoint.asyncSave and not blocking
+        self.pending_save = save_training_checkpoint(self, background=background)
+        path = self.pending_save.final
+        if not background:
+            self.finish_save()
         return str(path)
+
+    def finish_save(self, wait: bool = True) -> None:
+        """Collective: promote the checkpoint in flight, if any; without ``wait`` only once every rank's files
+        are written (checked at each step boundary, so training never waits for the disk)."""
+        if self.pending_save is None or not (wait or self.pending_save.written_everywhere()):
+            return
+        pending, self.pending_save = self.pending_save, None
+        pending.finish()
+        self.last_checkpoint = pending.iteration
 
     def run(self) -> TrainResult:
         cfg, t, obs = self.cfg, self.cfg.training, self.cfg.observability
@@ -198,18 +215,22 @@ class Trainer:
                 self._log(loss, grad_norm, applied, step_s, tokens_per_step)
             if is_due(cfg, self.iteration):
                 run_validation(self)
+            self.finish_save(wait=False)
             interval = cfg.checkpoint.saveInterval
             if cfg.checkpoint.save and interval and self.iteration % interval == 0 and self.iteration < t.trainIters:
-                checkpoint = self.save()
+                checkpoint = self.save(blocking=False)
             if t.exitInterval and self.iteration % t.exitInterval == 0:
                 break
             if preemption.agreed() and self.iteration < t.trainIters:
                 preempted = True
                 break
+        self.finish_save()  # a save in flight lands before the run ends (or stops on SIGTERM)
         if cfg.checkpoint.save and self.last_checkpoint != self.iteration:
             checkpoint = self.save()
-        elif cfg.checkpoint.save:
-            checkpoint = str(cfg.checkpoint.save)
+        elif cfg.checkpoint.save:  # this iteration's checkpoint is already saved (at an interval)
+            from ..checkpoint.layout import iteration_dir
+
+            checkpoint = str(iteration_dir(cfg.checkpoint.save, self.iteration))
         preemption.uninstall()
         if preempted and rank0:
             print(f"preempted: stopped after iteration {self.iteration}, checkpoint "
