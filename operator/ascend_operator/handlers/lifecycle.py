@@ -52,6 +52,9 @@ class JobKind:
         lambda obj, spec, status: (spec, {})
     # The engine's final report -> status.progress fields once Succeeded (a short job may end between scrapes).
     final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
+    # Indices of the pods whose metrics endpoint and final report make the progress (later ones win): rank 0 for
+    # the engine; a Megatron-style trainer prints its iteration lines on the last rank.
+    reporting_pods: Callable[[Any], list[int]] = lambda spec: [0]
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -59,20 +62,21 @@ _KNOWN: dict[tuple[str, str, str], tuple[JobKind, bool]] = {}  # key -> (kind, w
 _KINDS: list[JobKind] = []
 
 
-def _rank0(pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    return next((p for p in pods if p["metadata"]["name"] == f"{name}-0"), None)
+def _reporters(job: JobKind, spec: Any, pods: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    return [by_name[f"{name}-{i}"] for i in dict.fromkeys(job.reporting_pods(spec)) if f"{name}-{i}" in by_name]
 
 
-def _live_progress(job: JobKind, spec: Any, rank0: dict[str, Any] | None) -> dict[str, Any] | None:
+def _live_progress(job: JobKind, spec: Any, reporters: list[dict[str, Any]]) -> dict[str, Any] | None:
     port = job.metrics_port(spec)
-    ip = (rank0 or {}).get("status", {}).get("podIP")
-    if not port or not ip or rank0["status"].get("phase") != "Running":
-        return None
-    figures = scrape(f"http://{ip}:{port}/metrics")
-    if not figures:
-        return None
-    progress = {job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields}
-    return {**progress, "lastUpdateTime": now()}
+    progress: dict[str, Any] = {}
+    for pod in reporters:
+        ip = pod.get("status", {}).get("podIP")
+        if not port or not ip or pod["status"].get("phase") != "Running":
+            continue
+        figures = scrape(f"http://{ip}:{port}/metrics") or {}
+        progress.update({job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields})
+    return {**progress, "lastUpdateTime": now()} if progress else None
 
 
 def _policy(obj: dict[str, Any]) -> RunPolicy:
@@ -225,12 +229,12 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         metrics.RESTARTS.labels(job.kind.kind).inc()
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
-    rank0 = _rank0(live(pods), name)
-    progress = _live_progress(job, spec, rank0)
+    reporters = _reporters(job, spec, live(pods), name)
+    progress = _live_progress(job, spec, reporters)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
     if new["phase"] == "Succeeded":
-        result = termination_result(rank0)
+        result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":
             evaluation = result.pop("evaluation", None)
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
