@@ -18,12 +18,12 @@ TRAINER = Path(__file__).resolve().parent / "megatron_style_trainer.py"
 TRAIN_ITERS = 20
 
 
-def byo_job(name: str, data_path: str) -> dict:
+def byo_job(name: str, data_path: str, nnodes: int = 2) -> dict:
     return {
         "apiVersion": "ascendtrain.dev/v1alpha1", "kind": "AscendTrainJob",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
-            "image": "my-team/megatron:24.09", "nnodes": 2, "nprocPerNode": 1,
+            "image": "my-team/megatron:24.09", "nnodes": nnodes, "nprocPerNode": 1,
             "devices": {"resource": None}, "shmSize": None,
             "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "ascend-workspace"}}],
             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
@@ -44,7 +44,7 @@ def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
         data.mkdir(parents=True)
         (data / "corpus").write_text("tokens")
         resources.apply(byo_job("byo", "/workspace/data/corpus"))
-        resources.apply(byo_job("broken", "/workspace/data/missing"))
+        resources.apply(byo_job("broken", "/workspace/data/missing", nnodes=1))
 
         def status(name):
             return resources.get(atj, name, "default").get("status") or {}
