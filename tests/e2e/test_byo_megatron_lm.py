@@ -24,7 +24,7 @@ from ascend_operator.local.cluster import LocalCluster
 pytestmark = pytest.mark.e2e
 
 MEGATRON_LM = os.environ.get("MEGATRON_LM")
-TRAIN_ITERS = 40
+TRAIN_ITERS = 100  # room to see a checkpoint and kill a worker before the end
 
 CPU_RUNNER = """import os, runpy, sys
 import torch

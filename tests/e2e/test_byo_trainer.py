@@ -50,8 +50,8 @@ def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
             return resources.get(atj, name, "default").get("status") or {}
 
         deadline = time.monotonic() + 240
-        while (status("byo").get("progress") or {}).get("lastCheckpointIteration", 0) < 10:
-            assert time.monotonic() < deadline, f"no checkpoint at 10 yet: {status('byo')}"
+        while (status("byo").get("progress") or {}).get("lastCheckpointIteration", 0) < 5:
+            assert time.monotonic() < deadline, f"no checkpoint at 5 yet: {status('byo')}"
             progress = status("byo").get("progress") or {}
             if status("byo").get("phase") == "Running" and progress.get("iteration"):
                 seen.append((progress["iteration"], progress["loss"]))
