@@ -115,5 +115,7 @@ def test_megatron_lm_pretrain_gpt_as_a_byo_job(tmp_path):
     loaded = re.findall(r"successfully loaded checkpoint from \S+ .* at iteration (\d+)", logs[0])
     assert len(loaded) == 1 and int(loaded[0]) >= saved_before_kill, logs[0][-3000:]
     failed = next(c for c in nodata["conditions"] if c["type"] == "Failed")
-    print("Megatron-LM's own failure cause:", failed["message"])
+    print(f"live progress seen at iterations {sorted({p['iteration'] for p in seen})}; killed pod 1 after checkpoint "
+          f"{saved_before_kill}, resumed at {loaded[0]}; final {final['progress']}; "
+          f"Megatron-LM's own failure cause: {failed['message']}")
     assert nodata["phase"] == "Failed" and "no-such-corpus" in failed["message"], failed

@@ -47,14 +47,15 @@ def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
         resources.apply(byo_job("broken", "/workspace/data/missing", nnodes=1))
 
         def status(name):
-            return resources.get(atj, name, "default").get("status") or {}
+            current = resources.get(atj, name, "default").get("status") or {}
+            progress = current.get("progress") or {}
+            if name == "byo" and current.get("phase") == "Running" and progress.get("loss") is not None:
+                seen.append((progress["iteration"], progress["loss"]))
+            return current
 
         deadline = time.monotonic() + 240
         while (status("byo").get("progress") or {}).get("lastCheckpointIteration", 0) < 5:
             assert time.monotonic() < deadline, f"no checkpoint at 5 yet: {status('byo')}"
-            progress = status("byo").get("progress") or {}
-            if status("byo").get("phase") == "Running" and progress.get("iteration"):
-                seen.append((progress["iteration"], progress["loss"]))
             time.sleep(0.3)
         saved_before_kill = status("byo")["progress"]["lastCheckpointIteration"]
         cluster.runner.kill("default", "byo-1", signal.SIGKILL)
@@ -65,7 +66,7 @@ def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
         final, broken = status("byo"), status("broken")
         log = (cluster.root / "pods" / "default" / "byo-0" / "container.log").read_text()
         resources.close()
-    # Live: the program's own iterations and losses (10 / iteration, all-reduced) while it printed them.
+    # Live, before and after the restart: the program's own iterations and losses (10 / iteration, all-reduced).
     assert seen and all(abs(loss - 10.0 / it) < 1e-3 * loss for it, loss in seen), seen
     assert final["phase"] == "Succeeded", final
     assert final["restarts"] == 1
