@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from .cli_text import plain, unknown_flags_message
+
 COMMANDS = {
     "train": ("ascend_engine.train.command", "pretrain / SFT / LoRA on Megatron-core (run under torchrun)"),
     "preprocess": ("ascend_engine.prep.command", "raw data -> Megatron indexed dataset (MindSpeed-LLM flags)"),
@@ -23,14 +25,20 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="ascend-engine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ascend-engine", description=plain(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # only the chosen command's module is imported
             importlib.import_module(module).add_arguments(p)
-    args = parser.parse_args(argv)
+            for action in p._actions:  # noqa: SLF001 - help taken from docstrings: no markup on a terminal
+                action.help = plain(action.help) if action.help else action.help
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        print(unknown_flags_message(f"ascend-engine {args.command}", sub.choices[args.command], unknown),
+              file=sys.stderr)
+        return 2
     from .config.loader import ConfigError
     from .telemetry import report_failure, serve_metrics_from_env
 

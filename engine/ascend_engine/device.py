@@ -84,8 +84,13 @@ def applied_backend() -> str | None:
 def _apply(name: str) -> None:
     if name in _applied:
         return
-    # Megatron warns once per module that it falls back to torch kernels; that is expected without TE/Apex.
+    # Third-party noise, filtered here at the source (our own warnings stay): Megatron warns once per module that
+    # it falls back to torch kernels, expected without TE/Apex; its TransformerConfig warns about its own default
+    # cuda_graph_scope on every model; torch and Megatron deprecations are theirs to act on, not the user's.
     warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex).* not installed", category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"full scope is deprecated", category=UserWarning)
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"(torch|megatron)(\.|$)")
     # Megatron-LM's launch scripts set this for tensor parallelism on GPUs; it is harmless elsewhere.
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     if name == "npu":

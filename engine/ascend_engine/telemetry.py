@@ -7,11 +7,16 @@ The operator reads these metrics from rank 0 on a timer and copies them into the
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import json
 import os
+import socket
 import sys
+import threading
 import time
 from typing import Any, TextIO
+
+from .series import add_point
 
 # Metric name -> status.progress field. The operator imports this table, so the two never drift.
 METRIC_NAMES = {
@@ -64,8 +69,14 @@ def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
             if name in metrics}
 
 
+SERIES_PATH = "/series"
+# At exit, how long rank 0 waits for its reader (the operator) to fetch the points it has not fetched yet.
+SERIES_FLUSH_SECONDS = float(os.environ.get("ASCEND_SERIES_FLUSH_SECONDS", "12"))
+
+
 class Metrics:
-    """Gauges in a private registry, served over HTTP only where ``serve`` is called (rank 0).
+    """Gauges in a private registry, served over HTTP only where ``serve`` is called (rank 0), with the series
+    of every logged point (``ascend_engine.series``) at ``/series`` as JSON.
 
     A gauge is registered on its first value: an unset one would read 0, and "loss 0 at iteration 0" is a lie
     the operator would copy into the status before training has reported anything."""
@@ -76,14 +87,55 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._gauges: dict[str, Any] = {}
         self.values: dict[str, float] = {}
+        self.series: list[dict[str, Any]] = []
+        self._fetched = threading.Condition()
+        self._fetched_iteration: int | None = None  # the newest point a reader has fetched
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
-        from prometheus_client import start_http_server
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-        start_http_server(port, addr=addr or os.environ.get("POD_IP") or "0.0.0.0", registry=self.registry)
+        from prometheus_client import make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO") != SERIES_PATH:
+                return metrics_app(environ, start_response)
+            body = json.dumps(self._fetch_series(), separators=(",", ":")).encode()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        host = addr or os.environ.get("POD_IP") or "0.0.0.0"
+        server_class = type("Server", (ThreadingWSGIServer,), {"address_family":
+                                                               socket.AF_INET6 if ":" in host else socket.AF_INET})
+        self.server = make_server(host, port, app, server_class, handler_class=Quiet)
+        threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True).start()
         # The endpoint dies with the process; the last figures outlive it as the termination message.
         atexit.register(lambda: _REPORTED or report_result(dict(self.values)))
+        atexit.register(self._wait_for_reader)
+
+    def _fetch_series(self) -> list[dict[str, Any]]:
+        with self._fetched:
+            points = list(self.series)
+            if points:
+                self._fetched_iteration = points[-1]["iteration"]
+                self._fetched.notify_all()
+            return points
+
+    def _wait_for_reader(self) -> None:
+        """Keep the endpoint up until a reader that has been fetching the series has its newest points (bounded),
+        so the dashboard's history ends with the run's last logged iterations."""
+        with self._fetched:
+            if self._fetched_iteration is None or not self.series:
+                return  # nobody reads it (a run outside Kubernetes)
+            self._fetched.wait_for(lambda: self._fetched_iteration == self.series[-1]["iteration"],
+                                   timeout=SERIES_FLUSH_SECONDS)
 
     def set(self, **fields: float) -> None:
         by_field = {f: n for n, f in METRIC_NAMES.items()}
@@ -96,6 +148,10 @@ class Metrics:
                     self._gauges[name] = Gauge(name, field, registry=self.registry)
                 self._gauges[name].set(float(value))
                 self.values[field] = value
+        iteration = fields.get("iteration", self.values.get("iteration"))
+        at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self._fetched:
+            self.series = add_point(self.series, iteration, fields, at) or self.series
 
 
 _SERVING: Metrics | None = None
@@ -143,6 +199,13 @@ def report_failure(reason: str, message: str) -> None:
     conditions); a report written before (a command's own failure summary) stays."""
     if not _REPORTED:
         report_result({"status": "Failed", "reason": reason, "message": message[-2000:]})
+
+
+def say(command: str, what: str, started: float) -> None:
+    """A start-up line from global rank 0 (stderr, like the other progress lines), so a pod's log says what the
+    command is doing during the tens of seconds before its first result: ``[train]  19.1s building the model``."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"[{command}] {time.perf_counter() - started:5.1f}s {what}", file=sys.stderr, flush=True)
 
 
 def format_seconds(seconds: float) -> str:

@@ -1,54 +1,26 @@
-"""A bounded history of each training job's figures, for curves (the dashboard), kept where it survives the
-operator: a ConfigMap ``<job>-history`` the operator owns (deleted with the job by its owner reference).
+"""Each training job's curves, kept where they survive the operator: a ConfigMap ``<job>-history`` the operator
+owns (deleted with the job by its owner reference).
 
-At most ``MAX_POINTS`` points per job: when full, every other point of the older half is dropped, so a long run
-keeps its whole shape at a coarser step while recent points stay dense.
+Every iteration the engine logged is in it: rank 0 keeps its own bounded series (``ascend_engine.series``,
+served at ``/series``) and the operator merges it in on each progress scrape, so points logged between two
+scrapes are not lost; the final report (the termination message) refines the last point. Long runs are thinned
+by buckets that keep each bucket's minimum, maximum and last point (see ``ascend_engine.series``).
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from ascend_engine.series import add_point, merge
+
 from .api.group import API_GROUP
 
-MAX_POINTS = 200
 DATA_KEY = "series.json"
 LABEL = f"{API_GROUP}/history-of"
-# status.progress field -> point field
-FIELDS = {"loss": "loss", "validationLoss": "validationLoss", "learningRate": "learningRate",
-          "tokensPerSecond": "tokensPerSecond",
-          # stage figures: GRPO's reward and accuracy, DPO/SimPO's pair accuracy and margin, PRM's step accuracy,
-          # MoE's router loss
-          "rewardMean": "rewardMean", "accuracy": "accuracy", "rewardAccuracy": "rewardAccuracy",
-          "rewardMargin": "rewardMargin", "stepAccuracy": "stepAccuracy", "loadBalancingLoss": "loadBalancingLoss",
-          "rewardModelScore": "rewardModelScore"}
 
 
 def config_map_name(job: str) -> str:
     return f"{job}-history"
-
-
-def add_point(points: list[dict[str, Any]], progress: dict[str, Any], at: str) -> list[dict[str, Any]] | None:
-    """The series with the progress's figures at its iteration, or None when there is nothing new."""
-    iteration = progress.get("iteration")
-    if not isinstance(iteration, int) or not any(progress.get(f) is not None for f in FIELDS):
-        return None
-    point = {"iteration": iteration, "time": at,
-             **{key: progress[f] for f, key in FIELDS.items() if progress.get(f) is not None}}
-    if points and points[-1]["iteration"] >= iteration:
-        if points[-1]["iteration"] == iteration and points[-1] != {**point, "time": points[-1]["time"]}:
-            return points[:-1] + [point]  # the final report refines the last scrape
-        if points[-1]["iteration"] > iteration:  # a restart resumed from an older checkpoint: keep the new run
-            return [p for p in points if p["iteration"] < iteration] + [point]
-        return None
-    return downsample(points + [point])
-
-
-def downsample(points: list[dict[str, Any]], limit: int = MAX_POINTS) -> list[dict[str, Any]]:
-    while len(points) > limit:
-        half = len(points) // 2
-        points = points[:half:2] + points[half:]
-    return points
 
 
 def read(config_map: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -58,11 +30,18 @@ def read(config_map: dict[str, Any] | None) -> list[dict[str, Any]]:
         return []
 
 
-def record(kube: Any, job: dict[str, Any], progress: dict[str, Any], at: str) -> None:
-    """Add the progress to the job's history ConfigMap (created on the first point)."""
+def record(kube: Any, job: dict[str, Any], progress: dict[str, Any], at: str,
+           engine_series: list[dict[str, Any]] | None = None) -> None:
+    """Merge the engine's series (when the scrape got one) and the progress's figures into the job's history
+    ConfigMap (created on the first point); nothing is written when nothing changed."""
     meta = job["metadata"]
-    points = add_point(read(kube.get_config_map(meta["namespace"], config_map_name(meta["name"]))), progress, at)
-    if points is not None:
+    before = read(kube.get_config_map(meta["namespace"], config_map_name(meta["name"])))
+    points = merge(before, engine_series or [])
+    iteration = progress.get("iteration")
+    if not engine_series or not points or (isinstance(iteration, int) and iteration >= points[-1]["iteration"]):
+        # (a scrape's figures older than the engine's newest point are already in its series)
+        points = add_point(points, iteration, progress, at) or points
+    if points != before:
         kube.update_config_map(meta["namespace"], config_map(job, points))
 
 

@@ -1,15 +1,30 @@
 """Read rank 0's Prometheus endpoint into ``status.progress`` (names from ascend_engine.telemetry)."""
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_engine.telemetry import METRIC_NAMES
+from ascend_engine.telemetry import METRIC_NAMES, SERIES_PATH
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration"}
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
+
+
+def scrape_series(base_url: str, timeout: float = 2.0) -> list[dict] | None:
+    """Rank 0's own series of logged points (``/series`` next to ``/metrics``), or None when it does not answer
+    (pod starting or gone, or an engine too old to serve it)."""
+    try:
+        with urllib.request.urlopen(base_url + SERIES_PATH, timeout=timeout) as response:
+            points = json.loads(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if not isinstance(points, list) or not all(isinstance(p, dict) and isinstance(p.get("iteration"), int)
+                                               for p in points):
+        return None
+    return points
 
 
 def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:

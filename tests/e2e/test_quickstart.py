@@ -62,6 +62,9 @@ def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path):
     assert progress["iteration"] == train_iters == progress["trainIters"]
     assert math.isfinite(progress["loss"]) and progress["loss"] < 5.0
     assert progress["tokensPerSecond"] > 0
+    # kubectl's LOSS and TOK/S columns: the same figures for humans, written by the operator next to the raw ones.
+    assert progress["columns"] == {"loss": f"{progress['loss']:#.4g}",
+                                   "tokensPerSecond": str(round(progress["tokensPerSecond"]))}
     assert status["replicas"]["succeeded"] == 2
     # Rank 0's output, line by line, and the history as rows of figures by iteration.
     assert any(f"iteration {train_iters:8d}/{train_iters:8d}" in line for line in log), log[-5:]

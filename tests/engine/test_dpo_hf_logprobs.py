@@ -72,7 +72,7 @@ def _config(root: Path, model: dict, tp: int) -> Path:
            "training": {"microBatchSize": PAIRS, "globalBatchSize": PAIRS, "seqLength": 16, "trainIters": 1},
            "data": {"dataPath": [str(root / "pairs")], "split": "100,0,0"},
            "checkpoint": {"load": str(root / f"tp{tp}"), "finetune": True},
-           "observability": {"metricsPort": None}}
+           "observability": {"metricsPort": 0}}
     path = root / f"tp{tp}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -159,9 +159,12 @@ def test_layouts_give_identical_predictions(random_qwen3, layout):
         assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
                            "--tokenizer-name-or-path", str(tok), "--results-path", str(reference)))
     out = root / f"tp{tp}pp{pp}_world{nproc}.json"
-    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
-                       "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
-                       "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc))
+    proc = evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
+                    "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
+                    "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc)
+    assert_ok(proc)
+    for stage in ("joining the process group", "loading the model", "mmlu: "):  # said once, by rank 0
+        assert proc.stderr.count(f"s {stage}") == 1, proc.stderr[-3000:]
     ref, got = _predictions(reference), _predictions(out)
     assert [p["prediction"] for p in got] == [p["prediction"] for p in ref]
     for a, b in zip(got, ref):

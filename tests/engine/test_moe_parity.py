@@ -187,7 +187,7 @@ def _train_worker(root: Path) -> None:
                          "numLayersPerVirtualPipelineStage": per_chunk},
             "training": {"microBatchSize": 1, "globalBatchSize": 4, "seqLength": 32, "trainIters": 4},
             "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
-            "checkpoint": checkpoint, "observability": {"metricsPort": None}})
+            "checkpoint": checkpoint, "observability": {"metricsPort": 0}})
         trainer = Trainer(cfg, select_backend("cpu"))
         balancing = []
         step = trainer.train_step

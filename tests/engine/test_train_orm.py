@@ -56,7 +56,7 @@ def _config(root: Path, model: dict, tp: int, load: str, save: str | None, pp: i
            "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant", "clipGrad": 1.0},
            "data": {"dataPath": [str(root / "pairs")], "split": "100,0,0"},
            "checkpoint": {"load": load, "save": save, "finetune": True},
-           "observability": {"metricsPort": None}}
+           "observability": {"metricsPort": 0}}
     path = root / f"orm_tp{tp}_pp{pp}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -85,7 +85,7 @@ def _config(root: Path, model: dict, tp: int, pp: int) -> Path:
                     "tokenizerNameOrPath": str(root / "tokenizer")},
            "preference": {"rewardTokens": ["+", "-"]},
            "checkpoint": {"load": str(root / f"lm_tp{tp}_pp{pp}"), "finetune": True},
-           "observability": {"metricsPort": None}}
+           "observability": {"metricsPort": 0}}
     path = root / f"prm_tp{tp}_pp{pp}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

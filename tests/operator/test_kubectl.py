@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ascend_operator.api.train_job import TrainProgress
 from ascend_operator.local.cli import main as ascend_train
 from ascend_operator.local.cluster import LocalCluster
 
@@ -75,14 +76,17 @@ def test_get_atj_shows_the_crd_printer_columns(cluster):
     job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
     job["metadata"]["name"] = "columns"
     resources.apply(job)
+    raw = {"iteration": 12, "loss": 1.5500773191452026, "tokensPerSecond": 812.6}
+    progress = TrainProgress.with_columns(raw)  # what the operator writes
     resources.request("PATCH", atj.path("default", "columns", "status"), {"status": {
-        "phase": "Running", "restarts": 1, "progress": {"iteration": 12, "loss": 4.5, "tokensPerSecond": 812.5},
-        "evaluation": {"summary": "mmlu=0.2500"}}},
+        "phase": "Running", "restarts": 1, "progress": progress, "evaluation": {"summary": "mmlu=0.2500"}}},
         content_type="application/merge-patch+json")
     resources.close()
     table = rows(kubectl(cluster, "get", "atj").stdout)
     assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "AGE"]
-    assert table[1][:7] == ["columns", "Running", "12", "4.5", "812.5", "mmlu=0.2500", "1"]
+    assert table[1][:7] == ["columns", "Running", "12", "1.550", "813", "mmlu=0.2500", "1"]  # for humans
+    stored = json.loads(kubectl(cluster, "get", "atj", "columns", "-o", "json").stdout)["status"]["progress"]
+    assert {k: stored[k] for k in raw} == raw  # the raw figures stay in status
     assert table[1][7].endswith("s")  # an age computed by kubectl from the date column
 
 

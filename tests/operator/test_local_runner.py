@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -201,6 +202,21 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
             core = client.CoreV1Api(cluster.runner._api_client)
             wait_for(lambda: core.read_namespaced_pod("hello", "default"), lambda p: p.status.phase == "Succeeded")
             assert main(cli + ["logs", "hello"]) == 0 and capsys.readouterr().out == "hi\n"
+            # logs -f prints what the pod writes while it runs and returns when it has ended
+            ticker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ticker"}, "spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": [
+                    "python", "-c", "import time\nfor i in range(4): print(i, flush=True); time.sleep(0.4)"]}]}}
+            core.create_namespaced_pod("default", ticker)
+            wait_for(lambda: core.read_namespaced_pod("ticker", "default"), lambda p: p.status.phase != "Pending")
+            assert main(cli + ["logs", "-f", "ticker"]) == 0
+            assert capsys.readouterr().out == "0\n1\n2\n3\n"
+            # `get pods | head`: the reader went away; no traceback, the SIGPIPE status
+            read_end, write_end = os.pipe()
+            os.close(read_end)
+            done = subprocess.run([sys.executable, "-m", "ascend_operator.local.cli", *cli, "get", "pods"],
+                                  stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+            os.close(write_end)
+            assert (done.returncode, done.stderr) == (141, "")
             assert main(cli + ["delete", "widget", "big"]) == 0
             assert main(cli + ["get", "widgets"]) == 0 and "No resources found" in capsys.readouterr().out
     assert main(["--root", str(root), "get", "pods"]) == 1  # stopped: the CLI says so without a traceback

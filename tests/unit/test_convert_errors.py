@@ -131,3 +131,21 @@ def test_yaml_error_names_file_and_line(capsys, tmp_path):
     cfg.write_text("loadDir: /x\nsaveDir: /y\ntargetTensorParallelSize: 0\n")
     assert main(["convert", "--config", str(cfg)]) == 2
     assert f"{cfg}:3: targetTensorParallelSize" in capsys.readouterr().err
+
+
+def test_an_error_names_its_file_once(capsys, tmp_path, qwen3):
+    bad = copy(qwen3, tmp_path / "moe")
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "qwen3_moe"}))
+    err = fails(capsys, tmp_path, "--load-dir", bad)
+    assert err.count("config.json") == 1 and "missing field 'num_experts'" in err
+    bad = copy(qwen3, tmp_path / "dir")
+    (bad / "config.json").unlink()
+    (bad / "config.json").mkdir()  # an OSError's own text would name the file a second time
+    err = fails(capsys, tmp_path, "--load-dir", bad)
+    assert err.count("config.json") == 1 and "config.json: unreadable (Is a directory)" in err
+
+
+def test_ckpt_step_needs_a_megatron_source(capsys, tmp_path, qwen3):
+    err = fails(capsys, tmp_path, "--load-dir", qwen3, "--ckpt-step", 10, code=2)
+    assert "ckptStep picks an iteration of a Megatron checkpoint" in err

@@ -155,3 +155,29 @@ def test_hf_to_megatron_runs_without_torch(hf_models, tmp_path):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split()[-2:] == ["0", "False"], run.stdout + run.stderr
     assert set(mg_states(tmp_path / "mg")) == {"mp_rank_00", "mp_rank_01"}
+
+
+def test_any_saved_iteration_exports_with_ckpt_step(hf_models, tmp_path, capsys):
+    """A training run's folder holds iter_0000010 and iter_0000030 (latest); --ckpt-step 10 (alias
+    --load-iteration) exports the earlier one mg -> hf and mg -> mg, the default still the latest."""
+    make_hf_model("qwen3", tmp_path / "later", seed=1)
+    run = tmp_path / "run"
+    run.mkdir()
+    for iteration, src in ((10, hf_models / "qwen3"), (30, tmp_path / "later")):
+        convert("--load-dir", src, "--save-dir", tmp_path / f"conv{iteration}")
+        (tmp_path / f"conv{iteration}" / "release").rename(run / f"iter_{iteration:07d}")
+    (run / "latest_checkpointed_iteration.txt").write_text("30")
+    common = ("--load-model-type", "mg", "--save-model-type", "hf", "--model-type-hf", "qwen3", "--load-dir", run)
+    convert(*common, "--ckpt-step", 10, "--save-dir", tmp_path / "hf10")
+    convert(*common, "--save-dir", tmp_path / "hf30")
+    for out, src in (("hf10", hf_models / "qwen3"), ("hf30", tmp_path / "later")):
+        want, got = hf_tensors(src), hf_tensors(tmp_path / out)
+        assert all(torch.equal(want[n], got[n]) for n in want), out
+    convert("--load-model-type", "mg", "--load-dir", run, "--load-iteration", 10, "--save-dir", tmp_path / "mg10",
+            "--target-tensor-parallel-size", 2)
+    assert (tmp_path / "mg10" / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
+    assert set(mg_states(tmp_path / "mg10")) == {"mp_rank_00", "mp_rank_01"}
+    capsys.readouterr()
+    assert main(["convert", *map(str, common), "--ckpt-step", "20", "--save-dir", str(tmp_path / "hf20")]) == 1
+    assert f"{run}/iter_0000020: no such iteration (saved: 10, 30)" in capsys.readouterr().err
+    assert not (tmp_path / "hf20").exists()

@@ -50,3 +50,45 @@ def test_train_job_crd_has_status_columns_and_short_name():
     assert "!has(self.trainer) || !has(self.train)" in rules
     tp = spec["properties"]["train"]["properties"]["parallel"]["properties"]["tensorModelParallelSize"]
     assert tp["default"] == 1 and tp["minimum"] == 1 and tp["description"]
+
+
+def _schema_nodes(node, path=""):
+    """(path, schema) for every schema node: properties, items and additionalProperties, recursively."""
+    if not isinstance(node, dict):
+        return
+    yield path or "<root>", node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _schema_nodes(sub, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _schema_nodes(node[key], f"{path}[{key}]")
+
+
+def _has_null(value) -> bool:
+    if isinstance(value, dict):
+        return any(_has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_null(v) for v in value)
+    return value is None
+
+
+def test_every_default_survives_defaulting_pruning_and_merge_patches():
+    """The structural-schema rules, checked on every default the models generate.
+
+    A default next to ``nullable: true`` is the trap of issue 26: a merge patch's null removes the field and the
+    server fills the default back in, so "null means off" never survives a re-apply. A null inside an object
+    default is pruned or re-defaulted the same way. kube-apiserver also refuses a CRD whose default is not
+    pruned-stable or does not validate against its own schema."""
+    from ascend_operator.local.crd_schema import CustomResourceSchema
+
+    for name, text in render_all().items():
+        schema = yaml.safe_load(text)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in _schema_nodes(schema):
+            if "default" not in node:
+                continue
+            where = f"{name}: {path}"
+            assert not node.get("nullable"), f"{where}: a nullable field with a default loses its null on apply"
+            assert not _has_null(node["default"]), f"{where}: a null inside a default is pruned or re-defaulted"
+            sub = CustomResourceSchema(node)
+            assert sub._shape(node["default"], node) == node["default"], f"{where}: the default is not pruned-stable"
+            assert not list(sub._validator.iter_errors(node["default"])), f"{where}: the default is invalid"

@@ -1,14 +1,13 @@
-"""Evaluation without a model: benchmark readers and their errors, GSM8K/BBH answer checks, the code sandbox."""
+"""Evaluation without a model: benchmark readers and their errors, GSM8K/BBH answer checks (the code sandbox has
+test_sandbox.py)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from ascend_engine.evaluate.answers import bbh_extract, cut_at_stop, gsm8k_extract, gsm8k_reference
 from ascend_engine.evaluate.questions import TaskDataError
-from ascend_engine.evaluate.sandbox import humaneval_program, run_program
 from ascend_engine.evaluate.tasks import load_task
 
 
@@ -105,42 +104,6 @@ def test_gsm8k_and_bbh_readers(tmp_path):
     [q] = load_task("bbh", str(tmp_path / "bbh"), 1)
     assert q.prompt == "Q: go\nA: Yes\n\nQ: stay\nA:" and q.reference == "No"
     assert bbh_extract(" No.\nbecause") == "No"
-
-
-ADD = {"prompt": "def add(a, b):\n", "test": "def check(f):\n    assert f(2, 3) == 5\n", "entry_point": "add"}
-
-
-def _run(completion: str, **limits):
-    return run_program(humaneval_program(ADD["prompt"], completion, ADD["test"], ADD["entry_point"]), **limits)
-
-
-def test_humaneval_correct_and_wrong_completions():
-    assert _run("    return a + b\n").passed
-    result = _run("    return a - b\n")
-    assert not result.passed and "AssertionError" in result.reason
-
-
-def test_humaneval_infinite_loop_is_killed_at_the_time_limit():
-    start = time.monotonic()
-    result = _run("    while True:\n        pass\n", timeout_s=2)
-    assert not result.passed and result.reason == "timed out"
-    assert time.monotonic() - start < 10
-
-
-def test_humaneval_cannot_write_outside_its_directory_or_reach_the_network(tmp_path):
-    target = tmp_path / "owned.txt"
-    result = _run(f"    open({str(target)!r}, 'w').write('x')\n    return a + b\n")
-    assert not result.passed and "outside the sandbox" in result.reason and not target.exists()
-    result = _run(f"    import os\n    os.remove({str(tmp_path)!r})\n    return a + b\n")
-    assert not result.passed and tmp_path.exists()
-    result = _run(f"    import os\n    os.system('touch {target}')\n    return a + b\n")
-    assert not result.passed and not target.exists()
-    result = _run("    import socket\n    socket.socket().connect(('127.0.0.1', 9))\n    return a + b\n")
-    assert not result.passed and "socket" in result.reason
-    # its own directory is writable, and memory is capped
-    assert _run("    open('scratch.txt', 'w').write('ok')\n    return a + b\n").passed
-    result = _run("    x = bytearray(1 << 31)\n    return a + b\n", memory_mb=256)
-    assert not result.passed and "MemoryError" in result.reason
 
 
 def test_config_needs_one_data_path_per_task():

@@ -43,6 +43,8 @@ def test_the_pods_only_evaluate_the_given_checkpoint():
 @pytest.mark.parametrize("change,message", [
     ({"evaluation": None}, "set train, evaluation or both"),
     ({"evaluation": {k: v for k, v in EVALUATION.items() if k != "load"}}, "evaluation.load is required"),
+    ({"evaluation": {k: v for k, v in EVALUATION.items() if k != "tokenizerNameOrPath"}},
+     "required to generate answers"),
     ({"datasetPrepRef": "prep"}, "datasetPrepRef and checkpointConvertRef feed training"),
     ({"checkpointConvertRef": "conv"}, "datasetPrepRef and checkpointConvertRef feed training"),
 ])

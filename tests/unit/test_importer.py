@@ -4,6 +4,7 @@ either imported at its field or named as not imported."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,16 @@ def test_preprocess_data_keeps_the_handler_and_its_keys(tmp_path, capsys):
     prep = document["spec"]["prep"]
     assert prep["handlerName"] == "AlpacaStyleInstructionHandler" and prep["seqLength"] == 65536
     assert prep["mapKeys"] == {"prompt": "prompt", "query": "", "response": "response"}
+
+
+@pytest.mark.parametrize("script, name", [("tune_qwen3_14b_4K_full_ptd.sh", "tune-qwen3-14b-4k-full-ptd"),
+                                          ("002-l330.sh", "job-002-l330"), ("__.sh", "imported-job"),
+                                          ("x" * 80 + ".sh", "x" * 63)])
+def test_default_names_are_dns_1035_labels(script, name):
+    from ascend_engine.importer.job import job_name
+
+    assert job_name(script) == name
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
 
 
 def test_keep_as_is_makes_the_scripts_own_torchrun_line_the_trainer(tmp_path, capsys):

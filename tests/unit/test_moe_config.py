@@ -16,7 +16,7 @@ def _spec(nnodes, nproc, tp, pp, ep, experts=8):
     model = {**MOE, "numExperts": experts} if experts else {"numLayers": 4}
     return {"image": "x", "nnodes": nnodes, "nprocPerNode": nproc,
             "train": {"model": model, "parallel": {"tensorModelParallelSize": tp, "pipelineModelParallelSize": pp,
-                                                   "expertModelParallelSize": ep},
+                                                   "expertModelParallelSize": ep, "sequenceParallel": tp > 1},
                       "training": {"globalBatchSize": 64}}}
 
 
@@ -43,6 +43,28 @@ def test_expert_rules_agree_between_cel_and_pydantic(nnodes, nproc, tp, pp, ep, 
         "model": ModelConfig.model_validate(train["model"]).model_dump(mode="json", exclude_none=True),
         "parallel": ParallelConfig.model_validate(train["parallel"]).model_dump(mode="json")}}
     assert not all(_cel_ok(r, cel_input) for r in rules)
+
+
+@pytest.mark.parametrize("tp,sequence_parallel,experts,ok", [
+    (2, False, 8, False),  # megatron-core's MoE layer raises at the first training step
+    (2, True, 8, True), (1, False, 8, True), (2, False, None, True),
+])
+def test_moe_with_tensor_parallelism_needs_sequence_parallelism_in_cel_and_pydantic(tp, sequence_parallel, experts,
+                                                                                   ok):
+    spec = _spec(1, 8, tp, 1, 1, experts)
+    spec["train"]["parallel"]["sequenceParallel"] = sequence_parallel
+    [rule] = [r for r in _cel_rules() if "sequenceParallel" in r["rule"]]
+    cel_input = {**spec, "train": {
+        "model": ModelConfig.model_validate(spec["train"]["model"]).model_dump(mode="json", exclude_none=True),
+        "parallel": ParallelConfig.model_validate(spec["train"]["parallel"]).model_dump(mode="json")}}
+    assert _cel_ok(rule, cel_input) == ok
+    if ok:
+        AscendTrainJobSpec.model_validate(spec)
+        return
+    with pytest.raises(ValidationError) as err:
+        AscendTrainJobSpec.model_validate(spec)
+    assert rule["message"] in str(err.value)  # the API server and the engine say the same
+    assert "needs parallel.sequenceParallel" in rule["message"]
 
 
 def test_moe_model_checks_name_the_fields():

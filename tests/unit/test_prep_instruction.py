@@ -1,6 +1,8 @@
 """Instruction and preference data: templates, loss masks over system and history, ShareGPT/OpenAI forms."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -113,17 +115,36 @@ def test_default_system_and_users_own_template_file(tmp_path, tokenizer_dir, tok
     assert [tokenizer.decode(s) for s in label_spans(ids, labels)] == ["A<|endoftext|>"]
 
 
-def test_truncation_to_seq_length(tmp_path, tokenizer_dir):
+def test_truncation_to_seq_length_is_reported_by_file_and_line(tmp_path, tokenizer_dir, capsys):
     long = {"instruction": "The quick brown fox jumps over the lazy dog. " * 20, "output": "Eat well, sleep. " * 10}
-    prefix = run(tmp_path, tokenizer_dir, [long, {"instruction": "hi", "output": "hello"}],
-                 "AlpacaStyleInstructionHandler", "--prompt-type", "chatml", "--seq-length", "48")
-    ids, _, labels = sample(prefix)
+    records = [{"instruction": "hi", "output": "hello"}, long, long]
+    prefix = run(tmp_path, tokenizer_dir, records, "AlpacaStyleInstructionHandler", "--prompt-type", "chatml",
+                 "--seq-length", "48", "--max-reported-errors", "1")
+    ids, _, labels = sample(prefix, 1)
     assert len(ids) == 48 and len(labels) == 48
     trained = sum(lab != -100 for lab in labels)
     assert 0 < trained < 48  # prompt and reply both shortened, in proportion
-    import json
+    manifest = json.loads(Path(f"{prefix}_manifest.json").read_text())
+    assert manifest["records"]["truncated"] == 2
+    assert manifest["truncations"]["count"] == 2 and len(manifest["truncations"]["listed"]) == 1
+    first = manifest["truncations"]["listed"][0]
+    assert first["where"].endswith("sft.jsonl:2")
+    assert re.fullmatch(rf"cut inside the prompt: \d+ tokens, 48 fit; prompt \d+ -> {48 - trained}, "
+                        rf"reply \d+ -> {trained} tokens", first["message"]), first["message"]
+    err = capsys.readouterr().err
+    assert "truncated 2 of 3 sample(s) to seqLength 48:" in err and "sft.jsonl:2: cut inside the prompt" in err
+    assert "... and 1 more" in err and "--no-truncation" in err
 
-    assert json.loads(Path(f"{prefix}_manifest.json").read_text())["records"]["truncated"] == 1
+
+def test_no_truncation_makes_an_over_long_sample_an_error_that_stops_the_run(tmp_path, tokenizer_dir, capsys):
+    long = {"instruction": "The quick brown fox jumps over the lazy dog. " * 20, "output": "Eat well"}
+    rc = preprocess("--input", write_jsonl(tmp_path / "long.jsonl", [long]), "--tokenizer-name-or-path",
+                    tokenizer_dir, "--output-prefix", tmp_path / "out" / "sft", "--handler-name",
+                    "AlpacaStyleInstructionHandler", "--prompt-type", "chatml", "--seq-length", "48",
+                    "--no-truncation")
+    assert rc == 1
+    assert "long.jsonl:1: sample has" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "sft_manifest.json").exists()
 
 
 def test_pairwise_writes_chosen_and_rejected(tmp_path, tokenizer_dir, tokenizer):

@@ -29,6 +29,10 @@ def test_last_boxed(text, boxed):
     ("total: 1,000 apples", "1,000"),
     ("negative -3.5 degrees", "-3.5"),
     ("nothing numeric", None),
+    ("so 3/2", "3/2"),  # a fraction is one value, not its denominator
+    ("half is \\frac{1}{2} here", "\\frac{1}{2}"),
+    ("it is -\\dfrac34", "-\\dfrac34"),
+    ("48/2 = 24", "24"),
 ])
 def test_extract_answer(text, answer):
     assert extract_answer(text) == answer
@@ -58,6 +62,15 @@ def test_normalisation_distinguishes(a, b):
     ("no answer at all", "5", 0.0),
     ("\\boxed{5}", None, 0.0),
     ("12 apples, 3 pears", "12", 0.0),  # the last number is 3
+    # fractions outside a box, a tag or ####: compared by value, never by their last number
+    ("so 3/2", "1/2", 0.0),
+    ("so 3/2", "#### 2", 0.0),
+    ("1/2", "0.5", 1.0),
+    ("\\frac{1}{2}", "0.5", 1.0),
+    ("it is -\\frac{1}{2}", "-0.5", 1.0),
+    ("x = 1.5 / 3", "\\boxed{\\frac12}", 1.0),
+    ("<answer>1/2</answer>", "\\tfrac{1}{2}", 1.0),
+    ("#### 3/4", "0.75", 1.0),
 ])
 def test_math_reward(response, reference, reward):
     assert math_reward(response, reference) == reward

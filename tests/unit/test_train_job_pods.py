@@ -48,11 +48,11 @@ def test_every_pod_gets_the_torchrun_contract():
 
 
 def test_cpu_and_gpu_devices():
-    cpu = render.pod("j", "ns", _spec(devices={"resource": None}), 0)
+    cpu = render.pod("j", "ns", _spec(devices={"resource": "none"}), 0)
     assert "limits" not in cpu["spec"]["containers"][0]["resources"]
     assert "ring-controller.atlas" not in cpu["metadata"]["labels"]
     assert "HCCL_CONNECT_TIMEOUT" not in _env(cpu)
-    gpu = render.pod("j", "ns", _spec(devices={"resource": "nvidia.com/gpu", "ringController": None}), 1)
+    gpu = render.pod("j", "ns", _spec(devices={"resource": "nvidia.com/gpu", "ringController": ""}), 1)
     assert gpu["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
@@ -45,3 +45,20 @@ class EngineModel(BaseModel):
     def to_yaml_dict(self) -> dict[str, Any]:
         """The form the operator writes into a ConfigMap and the engine reads back (aliases, no unset defaults)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def not_null(instead: str) -> BeforeValidator:
+    """Refuse ``null`` on a field that has a default, naming the explicit value to write instead.
+
+    A Kubernetes API server never stores such a null: in a JSON merge patch (every ``kubectl apply`` after the
+    first) null means "remove the field", and the server then fills in the schema's default; on create a null on
+    a non-nullable field is dropped and defaulted too. So "null means off" would silently turn back into the
+    default on the next apply; these fields say "off" with an explicit value instead."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            raise ValueError(f"null is not kept by the Kubernetes API server (it removes the field and applies the "
+                             f"default); write {instead}")
+        return value
+
+    return BeforeValidator(check)

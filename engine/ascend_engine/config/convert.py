@@ -24,6 +24,9 @@ class ConvertConfig(EngineModel):
     """Format to write to saveDir."""
     loadDir: Annotated[str, Field(min_length=1), Flag("--load-dir")]
     """Checkpoint to read."""
+    ckptStep: Annotated[int | None, Field(ge=0), Flag("--ckpt-step", "--load-iteration")] = None
+    """Iteration of a Megatron loadDir to read (Megatron's --ckpt-step), e.g. 10 for iter_0000010; default the
+    one in latest_checkpointed_iteration.txt. A Megatron output keeps this iteration number."""
     saveDir: Annotated[str, Field(min_length=1), Flag("--save-dir")]
     """Where to write the result (created; an existing HF directory must be empty)."""
     modelTypeHf: Annotated[Literal["qwen3", "qwen2", "llama2", "llama3", "qwen3_moe", "qwen2_moe", "mixtral"] | None,
@@ -93,6 +96,8 @@ class ConvertConfig(EngineModel):
             missing = [n for n in ("loraR", "loraAlpha", "loraTargetModules") if getattr(self, n) is None]
             if missing:
                 raise ValueError(f"loraLoad needs {', '.join(missing)}")
+        if self.ckptStep is not None and self.loadModelType != "mg":
+            raise ValueError("ckptStep picks an iteration of a Megatron checkpoint: it needs loadModelType mg")
         if self.loadModelType == "hf" and self.saveModelType == "hf" and not self.loraLoad:
             raise ValueError("hf -> hf converts nothing; use saveModelType mg, or loraLoad to merge an adapter")
         return self

@@ -26,8 +26,8 @@ class EvaluateConfig(EngineModel):
     """A Megatron checkpoint directory (latest iteration) or a HuggingFace model directory (converted on the fly
     into a temporary Megatron checkpoint at the requested layout). In an AscendTrainJob's evaluation block it
     defaults to the checkpoint the job trains (train.checkpoint.save)."""
-    tokenizerNameOrPath: Annotated[str, Field(min_length=1), Flag("--tokenizer-name-or-path")]
-    """Local HuggingFace tokenizer directory."""
+    tokenizerNameOrPath: Annotated[str | None, Field(min_length=1), Flag("--tokenizer-name-or-path")] = None
+    """Local HuggingFace tokenizer directory (required unless ``completions`` are scored)."""
     promptType: Annotated[str, Field(min_length=1), Flag("--prompt-type")] = "empty"
     """Chat template each question is wrapped in as a user turn (a preprocess template name: qwen3, chatml,
     llama3, ...); ``empty`` (base models) keeps the plain few-shot text."""
@@ -49,6 +49,14 @@ class EvaluateConfig(EngineModel):
     """HumanEval: wall-clock limit for running one completion with its tests."""
     codeMemoryMb: Annotated[int, Field(ge=64), Flag("--code-memory-mb")] = 1024
     """HumanEval: address-space limit of the process that runs a completion."""
+    allowUnsandboxedCode: Annotated[bool, Flag("--allow-unsandboxed-code")] = False
+    """HumanEval: where no sandbox can be had (neither user namespaces for bubblewrap nor Landlock), run generated
+    code anyway with resource limits only. Off: such an evaluation refuses to start. The isolation that ran is
+    in the log and in the results (``sandbox``)."""
+    completions: Annotated[str | None, Field(min_length=1), Flag("--completions")] = None
+    """HumanEval: score completions produced elsewhere instead of generating (OpenAI human-eval's jsonl, one
+    ``{"task_id", "completion"}`` per line, any number of samples per task); reports pass@k. No checkpoint or
+    tokenizer needed."""
     resultsPath: Annotated[str | None, Flag("--results-path")] = None
     """Where the JSON report goes; unset: ``evaluation_results.json`` inside the checkpoint directory."""
     device: Annotated[Literal["auto", "npu", "cuda", "cpu"], Flag("--device")] = "auto"
@@ -61,4 +69,9 @@ class EvaluateConfig(EngineModel):
         if len(self.taskDataPath) != len(self.task):
             raise ValueError(f"taskDataPath has {len(self.taskDataPath)} entries for {len(self.task)} tasks "
                              "(give one data path per task, in the same order)")
+        if self.completions and self.task != ["humaneval"]:
+            raise ValueError("completions: scoring supplied completions needs task [humaneval] alone")
+        if not self.completions and not self.tokenizerNameOrPath:
+            raise ValueError("tokenizerNameOrPath is required to generate answers (--tokenizer-name-or-path; only "
+                             "scoring supplied completions goes without)")
         return self

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .base import EngineModel, Flag
+from .base import EngineModel, Flag, not_null
 from .grpo import GrpoConfig, check_grpo_run
 from .model import ModelConfig, PositiveInt
 from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage, check_prm_run
@@ -194,10 +194,16 @@ class ObservabilityConfig(EngineModel):
 
     logInterval: Annotated[PositiveInt, Flag("--log-interval")] = 1
     """Log a line every N steps."""
-    metricsPort: Annotated[int | None, Field(ge=1, le=65535), Flag("--metrics-port")] = 9400
-    """Port of rank 0's Prometheus endpoint (null disables)."""
+    metricsPort: Annotated[int, Field(ge=0, le=65535), not_null("0 to disable"), Flag("--metrics-port")] = 9400
+    """Port of rank 0's Prometheus endpoint (0 disables)."""
     tensorboardDir: Annotated[str | None, Flag("--tensorboard-dir")] = None
     """Write TensorBoard scalars here."""
+
+
+MOE_TP_NEEDS_SEQUENCE_PARALLEL = (
+    # Said by TrainConfig and by the AscendTrainJob CRD's CEL rule, so kubectl apply and the engine agree.
+    "model.numExperts (MoE) with parallel.tensorModelParallelSize > 1 needs parallel.sequenceParallel: "
+    "megatron-core's MoE layers refuse to train under tensor parallelism without it")
 
 
 class TrainConfig(EngineModel):
@@ -247,6 +253,8 @@ class TrainConfig(EngineModel):
             if m.moe_ffn_hidden_size % tp:
                 raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.moeFfnHiddenSize "
                                  f"({m.moe_ffn_hidden_size})")
+            if tp > 1 and not p.sequenceParallel:
+                raise ValueError(MOE_TP_NEEDS_SEQUENCE_PARALLEL)
             if self.data.variableSeqLengths and m.moeTokenDispatcherType == "allgather":
                 raise ValueError("data.variableSeqLengths needs model.moeTokenDispatcherType alltoall "
                                  "(megatron-core refuses variable lengths with the allgather dispatcher)")

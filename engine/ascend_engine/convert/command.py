@@ -93,7 +93,7 @@ def _check_tp(model: ModelConfig, tp: int, ep: int) -> None:
 def _open_source(cfg: ConvertConfig):
     if cfg.loadModelType == "hf":
         return HFSource(cfg.loadDir, cfg.modelTypeHf, cfg.makeVocabSizeDivisibleBy, cfg.paddedVocabSize)
-    return MegatronSource(cfg.loadDir)
+    return MegatronSource(cfg.loadDir, cfg.ckptStep)
 
 
 def _mg_target(cfg: ConvertConfig, source) -> ModelConfig:
@@ -229,6 +229,8 @@ def convert(cfg: ConvertConfig) -> dict:
     report = {"status": "Succeeded", "saveDir": cfg.saveDir, "format": cfg.saveModelType,
               "tensors": totals.tensors, "bytes": totals.bytes, "seconds": round(seconds, 2),
               "layers": target.numLayers}
+    if cfg.loadModelType == "mg":
+        report.update(loadIteration=source.iteration)
     if cfg.saveModelType == "mg":
         report.update(iteration=iteration, tensorModelParallelSize=tp,
                       pipelineModelParallelSize=cfg.targetPipelineParallelSize,

@@ -129,6 +129,8 @@ def model_config_from_hf(hf: dict[str, Any], source: str, make_vocab_size_divisi
             scoreHead=is_score_model(hf),
             **_moe_fields(hf, model_type, source),
         )
+    except MappingError:
+        raise  # already names the file
     except KeyError as e:
         raise MappingError(f"{source}: missing field {e.args[0]!r}") from None
     except ValueError as e:

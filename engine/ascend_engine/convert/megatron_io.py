@@ -1,6 +1,6 @@
 """Megatron checkpoints (``iter_*/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt``) as one unsplit model, lazily.
 
-``MegatronReader`` opens every rank file of the latest iteration without reading tensor data and serves
+``MegatronReader`` opens every rank file of one iteration (the latest by default) without reading tensor data and serves
 whole (TP-merged, layers and experts globally numbered) tensors on request. ``checkpoint_args`` makes the ``args`` namespace
 Megatron-LM and MindSpeed-LLM read the model shape from.
 """
@@ -89,17 +89,32 @@ def checkpoint_args(model: ModelConfig, tp: int, pp: int, layer_counts: list[int
     return args
 
 
-class MegatronReader:
-    """The latest iteration of a Megatron checkpoint directory, every rank file opened lazily."""
+def saved_iterations(root: Path) -> list[int | str]:
+    """The iterations present under ``root`` (``iter_*`` folders, ``release``), in order."""
+    found: list[int | str] = sorted(int(p.name[5:]) for p in root.glob("iter_*") if p.name[5:].isdigit())
+    return found + ([RELEASE] if (root / RELEASE).is_dir() else [])
 
-    def __init__(self, root: str | Path, lora: bool = False):
+
+class MegatronReader:
+    """One iteration of a Megatron checkpoint directory (the latest unless ``iteration`` is given), every rank
+    file opened lazily."""
+
+    def __init__(self, root: str | Path, lora: bool = False, iteration: int | None = None):
         self.root = Path(root)
-        try:
-            self.iteration = read_latest(self.root)
-        except ValueError as e:
-            raise CheckpointFileError(str(e)) from None
-        if self.iteration is None:
-            raise CheckpointFileError(f"{self.root}: no latest_checkpointed_iteration.txt (not a Megatron checkpoint)")
+        if iteration is not None:
+            self.iteration = iteration
+            if not iteration_dir(self.root, iteration).is_dir():
+                saved = saved_iterations(self.root)
+                raise CheckpointFileError(f"{iteration_dir(self.root, iteration)}: no such iteration (saved: "
+                                          f"{', '.join(map(str, saved)) or 'none'})")
+        else:
+            try:
+                self.iteration = read_latest(self.root)
+            except ValueError as e:
+                raise CheckpointFileError(str(e)) from None
+            if self.iteration is None:
+                raise CheckpointFileError(f"{self.root}: no latest_checkpointed_iteration.txt "
+                                          "(not a Megatron checkpoint)")
         base = iteration_dir(self.root, self.iteration)
         # mp_rank_00_000 is PP rank 0 or EP rank 0 (Megatron's names); the args inside say which.
         found = [base / n for n in ("mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000") if (base / n).is_dir()]

@@ -17,7 +17,7 @@ import numpy as np
 
 from .arrays import FileMap, meta, raw
 from .dtypes import BY_SAFETENSORS, describe
-from .errors import ConvertError
+from .errors import ConvertError, reason
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -41,7 +41,7 @@ def _read_header(path: Path) -> dict[str, _Entry]:
                 raise SafetensorsError(f"{path}: corrupt safetensors header (length {n}, file {size} bytes)")
             header = json.loads(f.read(n))
     except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SafetensorsError(f"{path}: cannot read safetensors header ({e})") from e
+        raise SafetensorsError(f"{path}: cannot read safetensors header ({reason(e)})") from e
     entries = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -72,7 +72,7 @@ class SafetensorsReader:
             try:
                 weight_map = json.loads(index.read_text())["weight_map"]
             except (OSError, json.JSONDecodeError, KeyError) as e:
-                raise SafetensorsError(f"{index}: cannot read the shard index ({e})") from e
+                raise SafetensorsError(f"{index}: cannot read the shard index ({reason(e)})") from e
             files = sorted(set(weight_map.values()))
         elif (self.directory / SINGLE_FILE).is_file():
             weight_map, files = None, [SINGLE_FILE]
@@ -113,7 +113,7 @@ class SafetensorsReader:
                 view = FileMap(f.fileno(), e.end - start, mmap.MAP_SHARED, mmap.PROT_READ,
                                offset=start).locate(str(e.path), start)
         except OSError as err:
-            raise SafetensorsError(f"{e.path}: cannot read {name} ({err})") from err
+            raise SafetensorsError(f"{e.path}: cannot read {name} ({reason(err)})") from err
         return np.frombuffer(view, dtype=e.dtype, count=nbytes // e.dtype.itemsize,
                              offset=e.start - start).reshape(e.shape)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config.model import ModelConfig
+from .errors import reason
 from .families import Family, MappingError, to_mcore
 from .hf_config import family_for, model_config_from_hf
 from .lora import LoraAdapter
@@ -30,7 +31,7 @@ def read_hf_config(directory: str | Path) -> dict:
     except FileNotFoundError:
         raise SafetensorsError(f"{path}: missing (an HF checkpoint needs its config.json)") from None
     except (OSError, json.JSONDecodeError) as e:
-        raise SafetensorsError(f"{path}: unreadable ({e})") from None
+        raise SafetensorsError(f"{path}: unreadable ({reason(e)})") from None
 
 
 class HFSource:
@@ -65,8 +66,8 @@ class HFSource:
 class MegatronSource:
     """A Megatron checkpoint directory, TP shards merged and layers numbered globally."""
 
-    def __init__(self, root: str):
-        self.reader = MegatronReader(root)
+    def __init__(self, root: str, iteration: int | None = None):
+        self.reader = MegatronReader(root, iteration=iteration)
         self.model = self.reader.model
         self.args = self.reader.args
         self.iteration = self.reader.iteration

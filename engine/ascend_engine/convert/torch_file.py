@@ -30,7 +30,7 @@ from zlib_ng import zlib_ng  # zlib's CRC-32, 8-10x faster (SIMD): at zlib's spe
 
 from .arrays import Rows, file_range, meta, nbytes, raw
 from .dtypes import BY_STORAGE, BY_TORCH, describe
-from .errors import ConvertError
+from .errors import ConvertError, reason
 
 ALIGNMENT = 64  # torch's record alignment (what ``torch.load(mmap=True)`` relies on)
 ZIP64_LIMIT = 0xFFFFFFFF  # sizes and offsets from here on need zip64 fields
@@ -327,7 +327,7 @@ class LazyTorchFile:
             self._zip = zipfile.ZipFile(self.path)
             names = self._zip.namelist()
         except (OSError, zipfile.BadZipFile) as e:
-            raise CheckpointFileError(f"{self.path}: not a readable torch checkpoint ({e})") from e
+            raise CheckpointFileError(f"{self.path}: not a readable torch checkpoint ({reason(e)})") from e
         pkl = [n for n in names if n.endswith("data.pkl")]
         if len(pkl) != 1:
             raise CheckpointFileError(f"{self.path}: no data.pkl record (not a torch zip checkpoint)")

@@ -18,17 +18,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(EvaluateConfig, args, _DESTS, args.config, section="evaluation")
+    from .questions import TaskDataError
+    from .sandbox import SandboxUnavailable
+
+    if cfg.completions:
+        from .completions import score_completions
+
+        try:
+            score_completions(cfg)
+        except TaskDataError as e:
+            return _failed(f"bad task data: {e}")
+        except SandboxUnavailable as e:
+            return _failed(str(e))
+        return 0
     if not cfg.load:
         raise ConfigError(f"{args.config or 'command line'}: load: a checkpoint to evaluate is required (--load)")
     from ..checkpoint.training import CheckpointMismatch
     from ..convert.torch_file import CheckpointFileError
-    from .questions import TaskDataError
     from .runner import evaluate
 
     try:
         evaluate(cfg)
     except TaskDataError as e:
         return _failed(f"bad task data: {e}")
+    except SandboxUnavailable as e:
+        return _failed(str(e))
     except (CheckpointMismatch, CheckpointFileError) as e:
         return _failed(f"cannot load checkpoint: {e}")
     return 0

@@ -71,8 +71,11 @@ def check_vocabulary(tokenizer, vocab_size: int, load: str, tokenizer_path: str)
 def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     """Run every task; the results on global rank 0 (None elsewhere). Collective over the torchrun world."""
     from ..device import select_backend
+    from ..telemetry import say
 
+    started = time.perf_counter()
     backend = select_backend(cfg.device)
+    say("evaluate", f"importing Megatron-core and setting up the {backend.name} device", started)
     backend.apply()
     from transformers import AutoTokenizer
 
@@ -82,25 +85,32 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     from ..telemetry import Progress
     from .model import InferenceModel
     from .report import format_table, status_summary, task_result, write_json, report_to_termination_message
-    from .sandbox import humaneval_program, run_program
+    from .sandbox import humaneval_program, require_isolation, run_program
     from .scoring import Prompter, choice_outcomes, generate_answers, open_outcomes, score_choices
     from .sharding import gather, share
     from .tasks import load_task
 
     # Read every task before anything heavy, so bad data fails in a second.
     tasks = []
+    say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
     for task, path in zip(cfg.task, cfg.taskDataPath):
         questions = load_task(task, path, cfg.shot)
         if not questions:
             raise TaskDataError(f"{path}: no {task} questions")
         tasks.append((task, questions[: cfg.maxEvalSamples] if cfg.maxEvalSamples else questions))
     template = load_template(cfg.promptType, None)
+    # Generated code runs only where a sandbox holds (or the user opted out): known before the model loads.
+    isolation = require_isolation(cfg.allowUnsandboxedCode) if "humaneval" in cfg.task else None
+    if isolation is not None:
+        print(f"[evaluate] humaneval: generated code runs under {isolation.describe()}", file=sys.stderr, flush=True)
     convert, tp, pp, _ = _layout(cfg)
+    say("evaluate", f"joining the process group: TP {tp} x PP {pp}", started)
     info = init_parallel(backend, tp, pp, cfg.seed)
     root = cfg.load
     try:
         if convert:
             root = _convert(cfg, tp, pp, _is_hf_directory(cfg.load), info.rank)
+        say("evaluate", f"loading the model from {root}", started)
         iteration, args = read_args(root)
         model_cfg, gpt, max_len = load_model(root, iteration, args, info.tp_rank, info.pp_rank, backend.torch_device)
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
@@ -111,7 +121,8 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         results = []
         for task, questions in tasks:
             mine = share(questions, info.dp_rank, info.dp)
-            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=10.0,
+            say("evaluate", f"{task}: {len(questions)} questions", started)
+            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=5.0,
                                 enabled=rank0)
             start, model.truncated = time.perf_counter(), 0
             if isinstance(questions[0], ChoiceQuestion):
@@ -127,10 +138,12 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
 
                 def run_code(q, completion):
                     return run_program(humaneval_program(q.prompt, completion, q.reference, q.entry_point),
-                                       cfg.codeTimeoutSeconds, cfg.codeMemoryMb)
+                                       cfg.codeTimeoutSeconds, cfg.codeMemoryMb, isolation)
 
                 outcomes = open_outcomes(task, questions, completions, run_code)
             result = task_result(task, outcomes, time.perf_counter() - start)
+            if task == "humaneval":
+                result["sandbox"] = isolation.describe()
             if truncated:
                 result["truncatedPrompts"] = truncated
                 print(f"[evaluate] {task}: {truncated} prompts were longer than the model's {max_len} "

@@ -48,8 +48,11 @@ def _count_leaves(node: Any) -> int:
 
 
 def job_name(script_path: str) -> str:
-    """``tune_qwen3_14b_4K_full_ptd.sh`` -> ``tune-qwen3-14b-4k-full-ptd`` (a DNS label)."""
+    """``tune_qwen3_14b_4K_full_ptd.sh`` -> ``tune-qwen3-14b-4k-full-ptd``: a DNS-1035 label (a letter first, as
+    the Service named after the job needs); ``002_l330.sh`` -> ``job-002-l330``."""
     name = re.sub(r"[^a-z0-9-]+", "-", Path(script_path).stem.lower()).strip("-")
+    if name and not name[0].isalpha():
+        name = f"job-{name}"
     return (name or "imported-job")[:63].rstrip("-")
 
 

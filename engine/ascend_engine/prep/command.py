@@ -76,6 +76,7 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
     size = total_bytes(sources)
     keys = output_keys(cfg)
     errors = ErrorLog(cfg.maxReportedErrors)
+    truncations = ErrorLog(cfg.maxReportedErrors)
     stats = {"read": 0, "written": 0, "skipped": 0, "truncated": 0, "tokens": 0, "padding": 0}
     # Lines are printed here every logInterval records; Progress only keeps the figures (and the metrics).
     progress = Progress("preprocess", unit="records", interval_s=float("inf"), stream=stream)
@@ -88,6 +89,8 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
             for result in results:
                 for s, line, message in result.errors:
                     errors.add(sources[s].where(line), message)
+                for s, line, message in result.truncations:
+                    truncations.add(sources[s].where(line), message)
                 if result.errors and cfg.onError == "fail":
                     report_result({"status": "Failed", "reason": "BadRecords", "errors": {
                         "count": errors.count, "listed": errors.listed[:5]}})
@@ -135,6 +138,7 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                    for s, n in zip(sources, inputs.records)],
         "outputs": outputs,
         "errors": errors.as_dict(),
+        "truncations": truncations.as_dict(),
         "elapsedSeconds": round(time.time() - started, 3),
         "workers": cfg.workers,
         "config": cfg.to_yaml_dict(),
@@ -145,6 +149,11 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                    "sequences": outputs[0]["sequences"] if outputs else 0, "tokens": stats["tokens"]})
     if errors.count:
         stream.write(f"skipped {errors.count} bad record(s):\n" + "\n".join(errors.lines()) + "\n")
+    if truncations.count:
+        stream.write(f"truncated {truncations.count} of {stats['written']} sample(s) to seqLength "
+                     f"{cfg.seqLength}:\n" + "\n".join(truncations.lines()) + "\n"
+                     "  (--no-truncation makes an over-long sample an error: the run stops with no output, "
+                     "or with --on-error skip it is left out)\n")
     progress.summary(
         f"{stats['read']} records from {describe(sources)} ({size / 1e6:.1f} MB), {stats['written']} written, "
         f"{stats['skipped']} skipped, {stats['truncated']} truncated; {_human(stats['tokens'])} tokens, "

@@ -38,6 +38,8 @@ class ChunkResult:
     read: int = 0
     written: int = 0
     truncated: int = 0
+    truncations: list[tuple[int, int, str]] = field(default_factory=list)
+    """(source index, line, what was cut) of every truncated sample in the chunk."""
     tokens: int = 0
     padding: int = 0
     errors: list[tuple[int, int, str]] = field(default_factory=list)
@@ -125,6 +127,14 @@ def split_budget(source: int, target: int, budget: int) -> tuple[int, int]:
         keep_target = max(1, budget * target // (source + target))
     keep_target = min(keep_target, target, budget)
     return min(source, budget - keep_target), keep_target
+
+
+def _cut_message(prompt: int, reply: int, kept_prompt: int, kept_reply: int, limit: int) -> str:
+    """What truncation did to one sample, in tokens; a cut inside the prompt is said first (the model then
+    learns replies to questions it never saw whole)."""
+    where = "cut inside the prompt" if kept_prompt < prompt else "cut inside the reply"
+    return (f"{where}: {prompt + reply} tokens, {limit} fit; prompt {prompt} -> {kept_prompt}, "
+            f"reply {reply} -> {kept_reply} tokens")
 
 
 class ChunkProcessor:
@@ -244,21 +254,22 @@ class ChunkProcessor:
         return [[([t for _ in src for t in next(ids)], [t for _ in tgt for t in next(ids)]) for src, tgt in turns]
                 for turns in rendered]
 
-    def _assemble(self, turns: list[tuple[list[int], list[int]]]) -> tuple[list[int], list[int], bool]:
-        """Prompt tokens masked with -100, replies kept; cut to the cutoff turn by turn."""
-        ids, labels, cut = [], [], False
+    def _assemble(self, turns: list[tuple[list[int], list[int]]]) -> tuple[list[int], list[int], str | None]:
+        """Prompt tokens masked with -100, replies kept; cut to the cutoff turn by turn. The third value says
+        what was cut (None when nothing was)."""
+        ids, labels = [], []
         for source, target in turns:
             if self.cutoff is not None and self.cfg.truncation:
-                budget = self.cutoff - len(ids)
-                if budget <= 0:
-                    cut = True
-                    break
-                s, t = split_budget(len(source), len(target), budget)
-                cut = cut or (s, t) != (len(source), len(target))
+                s, t = split_budget(len(source), len(target), max(0, self.cutoff - len(ids)))
                 source, target = source[:s], target[:t]
             ids += source + target
             labels += [IGNORE_INDEX] * len(source) + target
-        return ids, labels, cut
+        prompt = sum(len(src) for src, _ in turns)
+        reply = sum(len(tgt) for _, tgt in turns)
+        if len(ids) == prompt + reply:
+            return ids, labels, None
+        kept_reply = sum(lab != IGNORE_INDEX for lab in labels)
+        return ids, labels, _cut_message(prompt, reply, len(ids) - kept_reply, kept_reply, self.cutoff)
 
     def _check_length(self, n: int) -> None:
         if self.cutoff is not None and n > self.cutoff:
@@ -283,11 +294,13 @@ class ChunkProcessor:
         for sample, turns, place in zip(samples, encoded, places):
             try:
                 if isinstance(sample, Preference):
-                    kept.append(self._pairwise(turns, result))
+                    kept.append(self._pairwise(turns, result, place))
                 else:
                     ids, labels, cut = self._assemble(turns)
                     self._check_length(len(ids))
-                    result.truncated += cut
+                    if cut:
+                        result.truncated += 1
+                        result.truncations.append((*place, cut))
                     kept.append((ids, labels))
                 kept_places.append(place)
             except RecordError as e:
@@ -326,7 +339,7 @@ class ChunkProcessor:
         result.tokens = sum(len(p) for p, _ in kept)
         self._store_instruction(result, "packed_", kept)
 
-    def _pairwise(self, turns, result: ChunkResult):
+    def _pairwise(self, turns, result: ChunkResult, place: tuple[int, int]):
         """History and final prompt are all prompt (-100); chosen and rejected replies share one cut."""
         prompt = [t for src, tgt in turns[:-2] for t in src + tgt] + turns[-2][0]
         chosen, rejected = turns[-2][1], turns[-1][1]
@@ -335,8 +348,9 @@ class ChunkProcessor:
             if not self.cfg.truncation:
                 self._check_length(len(prompt) + longest)
             s, t = split_budget(len(prompt), longest, self.cutoff)
-            prompt, chosen, rejected = prompt[:s], chosen[:t], rejected[:t]
             result.truncated += 1
+            result.truncations.append((*place, _cut_message(len(prompt), longest, s, t, self.cutoff)))
+            prompt, chosen, rejected = prompt[:s], chosen[:t], rejected[:t]
         result.tokens += 2 * len(prompt) + len(chosen) + len(rejected)
         return ((prompt + chosen, [IGNORE_INDEX] * len(prompt) + chosen),
                 (prompt + rejected, [IGNORE_INDEX] * len(prompt) + rejected))

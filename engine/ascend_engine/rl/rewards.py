@@ -5,7 +5,8 @@ may be None) and returns a float. The built-in ones are named in ``RULES``; any 
 ``"package.module:function"`` and loaded with ``load_reward_function``.
 
 Math answers: the answer of a text is its last ``\\boxed{...}`` (nested braces allowed), else the content of its
-last ``<answer>...</answer>``, else its last number; GSM8K references (``... #### 72``) give the number after
+last ``<answer>...</answer>``, else its last number, where a fraction (``3/2``, ``\\frac{3}{2}``, ``\\dfrac34``) counts
+as one number and no number is lifted out of it; GSM8K references (``... #### 72``) give the number after
 ``####``. Two answers match when they are the same number (``1,000`` = ``1000``, ``3.0`` = ``3``, ``1/2`` =
 ``\\frac{1}{2}`` = ``0.5``, ``$5`` = ``5``) or, when either is not a number, the same text once spaces, ``$``
 and a trailing full stop are dropped.
@@ -19,10 +20,16 @@ from typing import Callable
 
 RewardFunction = Callable[[str, "str | None"], float]
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_PLAIN_NUMBER = r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+"
+# The last value of a text: a LaTeX fraction, a plain fraction, or a number, tried in that order at each place,
+# so "3/2" and "\frac{1}{2}" are one value each rather than their last number.
+_VALUE = re.compile(r"-?\\[dt]?frac\s*(?:\{[^{}]*\}\s*\{[^{}]*\}|\d\s*\d)"
+                    rf"|(?:{_PLAIN_NUMBER})\s*/\s*(?:{_PLAIN_NUMBER})"
+                    rf"|{_PLAIN_NUMBER}")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
-_FRAC = re.compile(r"^\\d?frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}$")
+_FRAC = re.compile(r"^(-?)\\[dt]?frac(?:\{(-?[\d.]+)\}\{(-?[\d.]+)\}|(\d)(\d))$")
+_SLASH = re.compile(r"^(-?(?:\d+(?:\.\d*)?|\.\d+))/(-?(?:\d+(?:\.\d*)?|\.\d+))$")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 
 
@@ -44,8 +51,9 @@ def last_boxed(text: str) -> str | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number written in ``text`` (thousands separators kept, for ``normalize_answer``)."""
-    found = _NUMBER.findall(text)
+    """The last value written in ``text``: a number (thousands separators kept, for ``normalize_answer``) or a
+    whole fraction (``3/2``, ``\\frac{3}{2}``), never the denominator alone."""
+    found = _VALUE.findall(text)
     return found[-1].rstrip(",") if found else None
 
 
@@ -69,13 +77,15 @@ def _as_number(text: str) -> Fraction | None:
     frac = _FRAC.match(s)
     try:
         if frac:
-            return Fraction(frac[1]) / Fraction(frac[2])
+            value = Fraction(frac[2] or frac[4]) / Fraction(frac[3] or frac[5])
+            return -value if frac[1] else value
         if "," in s:
             if not _THOUSANDS.match(s):
                 return None
             s = s.replace(",", "")
-        if re.fullmatch(r"-?\d+/\d+", s):
-            return Fraction(s)
+        slash = _SLASH.match(s)
+        if slash:
+            return Fraction(slash[1]) / Fraction(slash[2])
         if re.fullmatch(r"-?(\d+(\.\d*)?|\.\d+)", s):
             return Fraction(s)
     except (ValueError, ZeroDivisionError):

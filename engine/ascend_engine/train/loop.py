@@ -9,7 +9,7 @@ import torch
 from ..config.train import TrainConfig
 from ..device import Backend
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
-from ..telemetry import Metrics, Progress, preference_fields
+from ..telemetry import Metrics, Progress, preference_fields, say
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
 from .preemption import PreemptionWatch
@@ -42,6 +42,8 @@ class Trainer:
     """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
 
     def __init__(self, cfg: TrainConfig, backend: Backend):
+        started = time.perf_counter()
+        say("train", f"importing Megatron-core and setting up the {backend.name} device", started)
         backend.apply()  # before the first Megatron import
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed import finalize_model_grads
@@ -53,10 +55,14 @@ class Trainer:
 
         self.cfg, self.backend = cfg, backend
         t, p = cfg.training, cfg.parallel
+        say("train", f"joining the process group: TP {p.tensorModelParallelSize} x PP {p.pipelineModelParallelSize} "
+            f"x EP {p.expertModelParallelSize}", started)
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
         self.dtype = DTYPES[t.precision]
         self.stage = make_stage(cfg)
+        say("train", "building the dataset index" if cfg.data.dataPath else
+            "preparing synthetic data (no data.dataPath)", started)
         self.data = build_train_data(cfg)
         self.valid = build_validation_data(cfg) if validation_enabled(cfg) else None
         ddp_config = DistributedDataParallelConfig(
@@ -64,6 +70,8 @@ class Trainer:
             use_distributed_optimizer=p.useDistributedOptimizer)
         # One model chunk per virtual pipeline stage this rank holds (one chunk without VPP).
         self.chunks = []
+        say("train", f"building the model: {cfg.model.numLayers} layers, hidden {cfg.model.hiddenSize}, {t.precision}",
+            started)
         for vp_stage in range(cfg.virtual_pipeline_size) if cfg.virtual_pipeline_size else [None]:
             gpt = build_gpt_model(cfg.model, p, t.seqLength, self.dtype, t.recomputeGranularity, seed=t.seed,
                                   variable_seq_lengths=cfg.data.variableSeqLengths, token_positions=cfg.data.neatPack,
@@ -90,6 +98,7 @@ class Trainer:
         if cfg.checkpoint.load or cfg.lora.loraLoad:
             from ..checkpoint.training import load_training_checkpoint
 
+            say("train", f"loading the checkpoint {cfg.checkpoint.load or cfg.lora.loraLoad}", started)
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
                 print(f"loaded checkpoint {loaded}", flush=True)
@@ -106,6 +115,7 @@ class Trainer:
             t.seqLength, t.globalBatchSize * self.stage.rows_per_sample, cfg.model.swiglu)
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
+        say("train", f"first step (iteration {self.iteration + 1} of {t.trainIters})", started)
 
     # ------------------------------------------------------------ one step
 

@@ -21,16 +21,16 @@ _DROP = {"title", "$defs", "discriminator"}
 
 
 def _clean_default(value: Any, schema: dict[str, Any]) -> Any:
-    """An object default as the API server should store it. A null is dropped where the field has no default of
-    its own (an unset optional stays absent), and kept where it overrides one (``devices.resource: null`` on a
-    CPU-only kind must not turn back into the Ascend default; nullable nulls are conserved, not re-defaulted)."""
+    """An object default as the API server should store it: a null (an unset optional) is dropped, since a null
+    where the field has a default of its own would be defaulted again on every write (``test_crd_defaults``
+    holds the generated schemas to the structural-schema rules)."""
     if not isinstance(value, dict):
         return value
     props = schema.get("properties", {})
     out = {}
     for key, item in value.items():
         sub = props.get(key, {})
-        if item is None and sub.get("default") is None:
+        if item is None:
             continue
         out[key] = _clean_default(item, sub)
     return out

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from ascend_engine.config.base import not_null
+
 from .admission import RESERVED_ENV_MESSAGE, RESERVED_ENV_RULE, reserved_env
 
 # A field whose value is an upstream Kubernetes structure, kept verbatim.
@@ -91,8 +93,12 @@ class PodSettings(KubeModel):
     """Volumes, as in a Pod spec (PVCs for data and checkpoints)."""
     volumeMounts: Annotated[list[dict[str, Any]], Passthrough] = []
     """Mounts of those volumes in the container."""
-    shmSize: str | None = "16Gi"
-    """Size of the memory-backed /dev/shm (data loader workers need it); null keeps the runtime's 64Mi."""
+    shmSize: Annotated[str, not_null("none to keep the runtime's 64Mi")] = "16Gi"
+    """Size of the memory-backed /dev/shm (data loader workers need it); `none` keeps the runtime's 64Mi."""
+
+    def shm_size_limit(self) -> str | None:
+        """The memory-backed /dev/shm's size, None to keep the container runtime's own."""
+        return None if self.shmSize == "none" else self.shmSize
     securityContext: Annotated[dict[str, Any], Passthrough] = {}
     """The engine container's securityContext, as in a Pod spec. Empty: allowPrivilegeEscalation false,
     capabilities drop ALL, seccomp RuntimeDefault. Set, it replaces that default as a whole (e.g. for an NPU

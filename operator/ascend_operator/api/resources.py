@@ -33,8 +33,8 @@ RESOURCES: dict[str, Resource] = {
         columns=(
             _PHASE,
             ("Iter", "integer", ".status.progress.iteration", "Optimizer steps done"),
-            ("Loss", "number", ".status.progress.loss", "Latest LM loss"),
-            ("Tok/s", "number", ".status.progress.tokensPerSecond", "Tokens per second over all ranks"),
+            ("Loss", "string", ".status.progress.columns.loss", "Latest LM loss (4 significant digits)"),
+            ("Tok/s", "string", ".status.progress.columns.tokensPerSecond", "Tokens per second over all ranks"),
             ("Eval", "string", ".status.evaluation.summary", "Benchmark accuracy per task (spec.evaluation)"),
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
             _AGE,

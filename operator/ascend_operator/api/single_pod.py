@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from ascend_engine.config.convert import ConvertConfig
 from ascend_engine.config.prep import PrepConfig
 
-from .devices import DeviceSettings
+from .devices import CpuDeviceSettings
 from .kube import JobStatusBase, KubeModel, PodSettings
 from .run_policy import RunPolicy
 
@@ -16,7 +16,7 @@ from .run_policy import RunPolicy
 class SinglePodSettings(PodSettings):
     """Pod settings of a one-pod engine job; no accelerator is requested by default."""
 
-    devices: DeviceSettings = DeviceSettings(resource=None, ringController=None)
+    devices: CpuDeviceSettings = CpuDeviceSettings()
     """Accelerator for the pod (none by default: conversion and preprocessing run on CPU)."""
     metricsPort: int = Field(9400, ge=1, le=65535)
     """Port of the pod's Prometheus endpoint the operator reads progress from."""

@@ -3,12 +3,12 @@ with an evaluation block, or only ``evaluate`` on an existing checkpoint without
 trainer command (``trainer``) in their image."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from ascend_engine.config.evaluate import EvaluateConfig
-from ascend_engine.config.train import TrainConfig
+from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
 from .evaluation import EvaluationStatus
@@ -32,6 +32,10 @@ EXPERT_RULES = [
              " == 1 : self.train.model.numExperts % self.train.parallel.expertModelParallelSize == 0)",
      "message": "train.parallel.expertModelParallelSize must divide train.model.numExperts (and be 1 without it)",
      "fieldPath": ".train.parallel.expertModelParallelSize", "reason": "FieldValueInvalid"},
+    {"rule": "!has(self.train) || !has(self.train.model.numExperts)"
+             " || self.train.parallel.tensorModelParallelSize == 1 || self.train.parallel.sequenceParallel",
+     "message": MOE_TP_NEEDS_SEQUENCE_PARALLEL,
+     "fieldPath": ".train.parallel.sequenceParallel", "reason": "FieldValueRequired"},
 ]
 # Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
 PIPELINE_RULES = [
@@ -62,6 +66,12 @@ EVALUATION_ONLY_RULES = [
      "fieldPath": ".train", "reason": "FieldValueRequired"},
 ]
 
+# EvaluateConfig's own check (its model validator says the same), kept by the API server too.
+EVALUATION_TOKENIZER_RULE = {
+    "rule": "!has(self.evaluation) || has(self.evaluation.tokenizerNameOrPath) || has(self.evaluation.completions)",
+    "message": "evaluation.tokenizerNameOrPath is required to generate answers (only scoring supplied completions "
+               "goes without)",
+    "fieldPath": ".evaluation.tokenizerNameOrPath", "reason": "FieldValueRequired"}
 # A job runs the engine (train) or the user's own command (trainer), never both; the engine-only blocks stay with
 # the engine.
 TRAINER_RULES = [
@@ -81,7 +91,8 @@ class AscendTrainJobSpec(PodSettings):
 
     model_config = PodSettings.model_config | {
         "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
-                                                              *EVALUATION_ONLY_RULES, *TRAINER_RULES]}}
+                                                              *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
+                                                              *TRAINER_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -164,8 +175,34 @@ class AscendTrainJobSpec(PodSettings):
         return self
 
 
+class ProgressColumns(KubeModel):
+    """The figures as `kubectl get atj` shows them; the raw numbers stay next to them in `progress`."""
+
+    loss: str | None = None
+    """progress.loss to 4 significant digits."""
+    tokensPerSecond: str | None = None
+    """progress.tokensPerSecond rounded to a whole number."""
+
+    @classmethod
+    def of(cls, progress: dict[str, Any]) -> dict[str, str]:
+        """The columns of a ``status.progress`` dict (only those whose figure is known)."""
+        loss, rate = progress.get("loss"), progress.get("tokensPerSecond")
+        columns = cls(loss=None if loss is None else f"{loss:#.4g}",
+                      tokensPerSecond=None if rate is None else str(round(rate)))
+        return columns.model_dump(exclude_none=True)
+
+
 class TrainProgress(KubeModel):
     """Live figures from rank 0's metrics endpoint."""
+
+    @staticmethod
+    def with_columns(progress: dict[str, Any]) -> dict[str, Any]:
+        """``progress`` with its printer-column strings (``columns``) brought up to date."""
+        columns = ProgressColumns.of(progress)
+        return {**{k: v for k, v in progress.items() if k != "columns"}, **({"columns": columns} if columns else {})}
+
+    columns: ProgressColumns | None = None
+    """The loss and throughput as `kubectl get` prints them."""
 
     iteration: int | None = None
     """Optimizer steps done."""

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from .. import history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
-from ..progress import scrape
+from ..progress import scrape, scrape_series
 from ..settings import PROGRESS_INTERVAL
 from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
 from . import create_errors, kueue
@@ -52,6 +52,8 @@ class JobKind:
         lambda obj, spec, status: (spec, {})
     # The engine's final report -> status.progress fields once Succeeded (a short job may end between scrapes).
     final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
+    # status.progress -> the same with its printer-column strings (TrainProgress.with_columns).
+    progress_columns: Callable[[dict[str, Any]], dict[str, Any]] = lambda progress: progress
     # Indices of the pods whose metrics endpoint and final report make the progress (later ones win): rank 0 for
     # the engine; a Megatron-style trainer prints its iteration lines on the last rank.
     reporting_pods: Callable[[Any], list[int]] = lambda spec: [0]
@@ -67,16 +69,23 @@ def _reporters(job: JobKind, spec: Any, pods: list[dict[str, Any]], name: str) -
     return [by_name[f"{name}-{i}"] for i in dict.fromkeys(job.reporting_pods(spec)) if f"{name}-{i}" in by_name]
 
 
-def _live_progress(job: JobKind, spec: Any, reporters: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _live_progress(job: JobKind, spec: Any,
+                   reporters: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list | None]:
+    """The reporting pods' figures for status.progress (later pods win), and the series of logged points for the
+    history (from the first pod that serves one: rank 0 of an engine job)."""
     port = job.metrics_port(spec)
     progress: dict[str, Any] = {}
+    series = None
     for pod in reporters:
         ip = pod.get("status", {}).get("podIP")
         if not port or not ip or pod["status"].get("phase") != "Running":
             continue
-        figures = scrape(f"http://{ip}:{port}/metrics") or {}
+        figures = scrape(f"http://{ip}:{port}/metrics")
+        if not figures:
+            continue
         progress.update({job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields})
-    return {**progress, "lastUpdateTime": now()} if progress else None
+        series = series or scrape_series(f"http://{ip}:{port}")
+    return ({**progress, "lastUpdateTime": now()}, series) if progress else (None, None)
 
 
 def _policy(obj: dict[str, Any]) -> RunPolicy:
@@ -182,6 +191,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             status = _follow(job, obj, namespace, name, effective, policy, pods, status, at)
     status["observedGeneration"] = obj["metadata"].get("generation")
     status.setdefault("phase", "Pending")
+    if status.get("progress"):
+        status["progress"] = job.progress_columns(status["progress"])
     if status.get("progress") and status.get("progress") != previous.get("progress"):
         history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
@@ -230,9 +241,11 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
     reporters = _reporters(job, spec, live(pods), name)
-    progress = _live_progress(job, spec, reporters)
+    progress, series = _live_progress(job, spec, reporters)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
+        if series:
+            history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
     if new["phase"] == "Succeeded":
         result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":

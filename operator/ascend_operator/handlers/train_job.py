@@ -2,7 +2,7 @@
 from ascend_engine.telemetry import METRIC_NAMES
 
 from ..api.group import TRAIN_JOB
-from ..api.train_job import AscendTrainJobSpec
+from ..api.train_job import AscendTrainJobSpec, TrainProgress
 from ..render import train_job as render
 from . import host_network
 from .lifecycle import JobKind, register
@@ -17,5 +17,6 @@ register(JobKind(
     progress_fields={field: field for field in METRIC_NAMES.values()},
     result_field="progress",
     prepare=host_network.prepare,
+    progress_columns=TrainProgress.with_columns,
     reporting_pods=lambda spec: [0, spec.nnodes - 1] if spec.trainer else [0],
 ))

@@ -34,10 +34,11 @@ from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
 from . import field_validation
-from . import dry_run, openapi, persistence, tables
+from . import core_schemas, dry_run, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
+from . import server_side_apply
 from .patches import PatchError, json_patch, merge_patch
 from .pod_validation import pod_spec_errors
 from .pod_logs import serve_log
@@ -73,10 +74,25 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
                     {"name": name, "group": rt.group, "kind": rt.plural})
 
 
+# A field error's words -> its StatusCause reason (apimachinery's field.ErrorType).
+_CAUSE_REASONS = (("Unsupported value", "FieldValueNotSupported"), ("Required value", "FieldValueRequired"),
+                  ("Forbidden", "FieldValueForbidden"), ("Duplicate value", "FieldValueDuplicate"),
+                  ("Not found", "FieldValueNotFound"), ("Too long", "FieldValueTooLong"),
+                  ("Too many", "FieldValueTooMany"))
+
+
+def _cause(field: str, message: str) -> dict[str, str]:
+    """A StatusCause as kube-apiserver writes it: the field path in ``field``, the message without it (kubectl
+    prints ``field: message``, so a path inside the message would show twice)."""
+    body = message[len(field) + 2:] if message.startswith(f"{field}: ") else message
+    reason = next((r for words, r in _CAUSE_REASONS if body.startswith(words)), "FieldValueInvalid")
+    return {"reason": reason, "message": body, "field": field}
+
+
 def invalid(rt: ResourceType, name: str, errors: list[tuple[str, str]]) -> ApiError:
     messages = [m for _, m in errors]
     text = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
-    causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in errors]
+    causes = [_cause(f, m) for f, m in errors]
     return ApiError(422, "Invalid", f'{rt.qualified_kind} "{name}" is invalid: {text}',
                     {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
 
@@ -176,6 +192,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             raise KubernetesResourceNotFoundError()
         return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": f"{group}/{version}".lstrip("/"),
                 "resources": entries}
+
+    async def _serve_server_version(self, request: Any) -> dict[str, Any]:
+        """``/version``: the Kubernetes release whose schemas the built-in kinds are validated against."""
+        return core_schemas.version_info()
 
     # -- HTTP entry point ------------------------------------------------------------------------
 
@@ -287,6 +307,8 @@ class LocalKubernetesApi(KubernetesEmulator):
             return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw), sub))
         if method == "PATCH":
             body = await self._body(raw)
+            if raw.content_type == "application/apply-patch+yaml":
+                return aiohttp.web.json_response(self._server_side_apply(rt, key, body, query, sub))
             return aiohttp.web.json_response(self._patch(rt, key, body, raw.content_type, sub))
         if method == "DELETE":
             return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw)))
@@ -400,6 +422,14 @@ class LocalKubernetesApi(KubernetesEmulator):
         """Per-kind rules applied on every write: schema for custom objects, CRD registration, Secret data."""
         name = obj["metadata"].get("name", "")
         errors = object_errors(rt.group, rt.plural, obj) if old is None else []  # names are immutable
+        if rt.schema is None and rt.crd_name is None:  # a built-in kind: Kubernetes' own OpenAPI schema
+            try:
+                checked = core_schemas.check(rt.group, rt.version, rt.kind, obj)
+            except core_schemas.DecodingError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
+            field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
+            obj = checked.pruned(obj)
+            errors += checked.errors
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
@@ -442,8 +472,31 @@ class LocalKubernetesApi(KubernetesEmulator):
             self._check_precondition(rt, current, (body.get("metadata") or {}).get("resourceVersion"))
             new = merge_patch(current, body)
         else:
-            raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type!r} is not supported "
-                           "(server-side apply is not emulated; use a merge patch or client-side apply)")
+            raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type!r} is not supported")
+        return self._update(rt, key, current, new, sub)
+
+    def _server_side_apply(self, rt: ResourceType, key: ObjectKey, body: Any, query: Any,
+                           sub: str | None) -> dict[str, Any]:
+        """``kubectl apply --server-side``: creates the object when it does not exist (see server_side_apply)."""
+        manager = query.get("fieldManager")
+        if not manager:
+            raise ApiError(400, "BadRequest", "PATCH, application/apply-patch+yaml requires fieldManager to be set")
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "an apply patch must be an object")
+        self._check_kind(rt, body)
+        current = self._store.get(key)
+        if current is None and sub is not None:
+            raise not_found(rt, key[2])
+        try:
+            new = server_side_apply.apply(current, body, manager, query.get("force") == "true", rt.api_version)
+        except server_side_apply.ApplyConflict as exc:
+            causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
+                       "field": "." + ".".join(p)} for m, p in exc.conflicts]
+            raise ApiError(409, "Conflict", str(exc), {"causes": causes}) from None
+        if current is None:
+            new["metadata"].setdefault("name", key[2])
+            created = self._create(rt, key[1], new)
+            return created
         return self._update(rt, key, current, new, sub)
 
     def _check_precondition(self, rt: ResourceType, current: dict[str, Any], rv: str | None) -> None:
@@ -472,6 +525,8 @@ class LocalKubernetesApi(KubernetesEmulator):
                     meta[field] = old_meta[field]
                 else:
                     meta.pop(field, None)
+            if "managedFields" not in meta and "managedFields" in old_meta:  # an update that omits them keeps them
+                meta["managedFields"] = copy.deepcopy(old_meta["managedFields"])
             if rt.status_subresource:  # the main resource ignores status changes
                 if "status" in current:
                     new["status"] = copy.deepcopy(current["status"])
@@ -656,6 +711,14 @@ class LocalKubernetesApi(KubernetesEmulator):
                 self._unregister(rt)
         for rt in self._crd_types(crd):
             self._register(rt)
+            if replacing is not None and rt.schema is not None:
+                self._reshape_stored(rt)
+
+    def _reshape_stored(self, rt: ResourceType) -> None:
+        """Stored objects as the new schema reads them: kube-apiserver prunes and defaults on every read from
+        etcd, so a default a CRD update adds shows at once, without a write (no new resourceVersion, no event)."""
+        for key in [k for k in self._store if k[0] == rt.key]:
+            self._store[key] = rt.schema.prepare(self._store[key])
 
     def _unregister_crd(self, crd: dict[str, Any]) -> None:
         for rt in [t for t in self._types.values() if t.crd_name == crd["metadata"]["name"]]:
@@ -674,6 +737,17 @@ class LocalKubernetesApi(KubernetesEmulator):
         ``sendInitialEvents`` are ignored.
         """
         matches = self._matcher(query)
+        as_table = tables.wants_table(raw.headers.get("Accept", ""))
+        first = [True]
+
+        def encode(kind: str, obj: dict[str, Any]) -> bytes:
+            """One watch event; with ``as=Table`` its object is a one-row Table (column definitions first only)."""
+            if as_table and kind != "ERROR":
+                obj = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""),
+                                   query.get("includeObject", ""), headers=first[0])
+                first[0] = False
+            return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
         timeout = float(query.get("timeoutSeconds") or 1800)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -684,7 +758,7 @@ class LocalKubernetesApi(KubernetesEmulator):
             if since == "0":
                 position = self._rv
                 for obj in self._list(rt, ns, query)["items"]:
-                    await response.write(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+                    await response.write(encode("ADDED", obj))
             else:
                 position = int(since) if since.isdigit() else self._rv
                 if position < self._log_floor:
@@ -706,7 +780,7 @@ class LocalKubernetesApi(KubernetesEmulator):
                     elif not now_in:
                         kind = ""
                     if kind:
-                        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                        await response.write(encode(kind, obj))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

@@ -6,8 +6,8 @@
     ascend-train apply -f FILE [--dry-run]     create or update every document of FILE (--dry-run: validate only)
     ascend-train validate -f FILE              check FILE offline: every error, as file:line: field: message
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
-    ascend-train delete KIND NAME
-    ascend-train logs POD                      the pod's container output
+    ascend-train delete KIND NAME              delete one object
+    ascend-train logs POD [-f]                 the pod's container output (-f: follow it until the pod ends)
     ascend-train dashboard [--port 8765]       a web page of the jobs: progress, ETA, loss/lr/tok/s curves
 """
 from __future__ import annotations
@@ -22,13 +22,17 @@ from typing import Any
 import urllib3
 import yaml
 
+from ascend_engine.cli_text import plain, quiet_broken_pipe
+
+from ..api.group import LABEL_JOB_NAME
 from . import lifecycle
 from .cluster import LocalCluster
 from .printing import table
 from .resource_client import ApiRequestError, ApiResource, ResourceClient
-from .runner import read_logs
+from .runner import pod_log_path, read_logs
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+HEARTBEAT_S = 4.0  # `local demo` never stays silent longer than this while it waits
 
 
 class UsageError(Exception):
@@ -94,6 +98,29 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
     return "\n\n".join(blocks), current
 
 
+def _heartbeat(resources: ResourceClient, current: list[dict[str, Any]]) -> str:
+    """One line of what is happening now: each job's phase, progress and latest condition, and its pods."""
+    pods = resources.list(resources.resolve("pods"), None)
+    parts = []
+    for obj in current:
+        status, name = obj.get("status") or {}, obj["metadata"]["name"]
+        progress = status.get("progress") or {}
+        what = f"{name} {status.get('phase', 'Pending')}"
+        if progress.get("iteration") is not None and progress.get("trainIters"):
+            what += f" {progress['iteration']}/{progress['trainIters']}"
+        latest = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+        if latest.get("message") and not progress.get("iteration"):
+            what += f" ({latest['message'][:80]})"
+        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) == name]
+        if mine:
+            what += "; pods " + ", ".join(f"{p['metadata']['name']} {(p.get('status') or {}).get('phase', 'Pending')}"
+                                          for p in mine)
+        elif not status.get("conditions"):
+            what += " (the operator has not picked it up yet)"
+        parts.append(what)
+    return "; ".join(parts) or "waiting for the operator"
+
+
 def demo(args: argparse.Namespace) -> int:
     _load_documents(args.file)  # a bad file fails before anything starts
     running = lifecycle.running_pid(Path(args.root))
@@ -101,6 +128,7 @@ def demo(args: argparse.Namespace) -> int:
         raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); apply the file to it "
                          f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
+    print(f"starting the local cluster in {args.root}/: API server, CRDs, pod runner, operator ...", flush=True)
     with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster, \
             lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
@@ -111,14 +139,23 @@ def demo(args: argparse.Namespace) -> int:
             jobs = [(r, obj) for r, obj in applied if _is_custom(r)]
             if not jobs:
                 raise UsageError(f"{args.file} holds no custom resources to follow")
-            last_key, current = None, []
+            # A job that had finished before this demo (kept from an earlier one) is not run again: say so.
+            previous = [obj for _, obj in jobs if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES]
+            if len(previous) == len(jobs):
+                print(f"{', '.join(o['metadata']['name'] for o in previous)} finished in an earlier demo (kept in "
+                      f"{cluster.root}/): showing that run; `ascend-train local demo --fresh -f {args.file}` runs it "
+                      "again", flush=True)
+            last_key, current, said = None, [], time.monotonic()
             deadline = started + args.timeout
             while True:
                 key, _ = _tables(resources, jobs, with_age=False)
                 text, current = _tables(resources, jobs)
                 if key != last_key:
                     print(f"\n[{time.monotonic() - started:6.1f}s]\n{text}", flush=True)
-                    last_key = key
+                    last_key, said = key, time.monotonic()
+                elif time.monotonic() - said >= HEARTBEAT_S:
+                    print(f"[{time.monotonic() - started:6.1f}s] {_heartbeat(resources, current)}", flush=True)
+                    said = time.monotonic()
                 if all((o.get("status") or {}).get("phase") in TERMINAL_PHASES for o in current):
                     break
                 if cluster.operator is not None and cluster.operator.poll() is not None:
@@ -135,8 +172,13 @@ def demo(args: argparse.Namespace) -> int:
         for obj in current:
             print(f"\n--- {obj['kind']} {obj['metadata']['name']} status\n"
                   + yaml.safe_dump(obj.get("status"), sort_keys=False).rstrip())
-        print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
-              f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
+        if len(previous) == len(jobs):
+            finished = max((o["status"].get("completionTime") or "?") for o in current)
+            print(f"\n{len(succeeded)}/{len(current)} succeeded in the earlier run (finished {finished}); nothing "
+                  f"was run now (logs under {cluster.root}/pods)")
+        else:
+            print(f"\n{len(succeeded)}/{len(current)} succeeded in {time.monotonic() - started:.0f}s "
+                  f"(logs under {cluster.root}/pods, operator log {cluster.operator_log})")
         if len(succeeded) < len(current):
             print(f"objects and files are kept in {cluster.root}/; `ascend-train local demo --fresh -f {args.file}` "
                   "starts over")
@@ -251,8 +293,37 @@ def logs(args: argparse.Namespace) -> int:
     path = Path(args.root) / "pods" / args.namespace / args.pod
     if not path.is_dir():
         raise UsageError(f'pod "{args.pod}" has no logs under {path.parent}/ (not started yet, or another namespace?)')
-    sys.stdout.write(read_logs(Path(args.root), args.namespace, args.pod))
-    return 0
+    if not args.follow:
+        sys.stdout.write(read_logs(Path(args.root), args.namespace, args.pod))
+        return 0
+    return _follow_logs(args, pod_log_path(Path(args.root), args.namespace, args.pod))
+
+
+def _follow_logs(args: argparse.Namespace, log: Path) -> int:
+    """``kubectl logs -f``: what is there, then what is added, until the pod has ended (or Ctrl-C)."""
+    resources = _client(args.root)
+    pods = resources.resolve("pods")
+    offset = 0
+    try:
+        while True:
+            try:
+                phase = (resources.get(pods, args.pod, args.namespace).get("status") or {}).get("phase")
+            except ApiRequestError as exc:
+                if exc.status != 404:
+                    raise
+                phase = "Deleted"
+            if log.exists():
+                with log.open("rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+                offset += len(chunk)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            if phase in ("Succeeded", "Failed", "Deleted"):
+                return 0
+            time.sleep(0.5)
+    finally:
+        resources.close()
 
 
 def dashboard(args: argparse.Namespace) -> int:
@@ -292,7 +363,9 @@ def _capacity(devices: list[str]) -> dict[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ascend-train", description=__doc__.split("\n\n")[0],
+    intro, commands_text = __doc__.split("\n\n", 1)
+    parser = argparse.ArgumentParser(prog="ascend-train", description=plain(intro),
+                                     epilog="commands:\n" + plain(commands_text),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=".local-cluster",
                         help="local cluster directory: kubeconfig, objects, pod logs, claims (default: %(default)s)")
@@ -311,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             sub.add_argument("--no-operator", action="store_true", help="API and pod runner only")
         else:
-            sub.add_argument("--file", "-f", required=True, help="YAML with one or more documents")
+            sub.add_argument("--file", "-f", required=True, default=argparse.SUPPRESS,
+                             help="YAML with one or more documents")
             sub.add_argument("--timeout", type=float, default=900.0, help="seconds")
             sub.add_argument("--namespace", "-n", default="default", help="namespace of documents without one")
     sub = commands.add_parser("apply", help="create or update every document of a file")
@@ -321,21 +395,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--validate", choices=("strict", "warn", "ignore"), default="strict",
                      help="the server's fieldValidation for unknown fields, as kubectl's (default: %(default)s)")
     sub.set_defaults(func=apply)
-    sub = commands.add_parser("validate", help="check a file offline: every error with file:line: field",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub = commands.add_parser("validate", help="check a file offline: every error with file:line: field")
     sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
     sub.set_defaults(func=validate)
     sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
-    sub.add_argument("kind")
-    sub.add_argument("name", nargs="?")
-    sub.add_argument("-A", "--all-namespaces", action="store_true")
+    sub.add_argument("kind", help="what to get: a kind, plural or short name (atj, dsp, ckc, pods, cm, ...)")
+    sub.add_argument("name", nargs="?", help="one object's name: shown whole as YAML (default: a table of all)")
+    sub.add_argument("-A", "--all-namespaces", action="store_true", help="list every namespace's objects")
     sub.set_defaults(func=get)
     sub = commands.add_parser("delete", help="delete one object")
-    sub.add_argument("kind")
-    sub.add_argument("name")
+    sub.add_argument("kind", help="the object's kind, plural or short name (atj, dsp, ckc, pods, ...)")
+    sub.add_argument("name", help="the object's name")
     sub.set_defaults(func=delete)
     sub = commands.add_parser("logs", help="a pod's container output")
-    sub.add_argument("pod")
+    sub.add_argument("pod", help="the pod's name, e.g. quickstart-0 (rank 0 of job quickstart)")
+    sub.add_argument("-f", "--follow", action="store_true",
+                     help="keep printing what the pod writes until it has ended (Ctrl-C stops)")
     sub.set_defaults(func=logs)
     sub = commands.add_parser("dashboard", help="a web page of the jobs with progress and curves",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -343,15 +418,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--address", default="127.0.0.1", help="address to listen on")
     sub.set_defaults(func=dashboard)
     for name in ("apply", "get", "delete", "logs"):
-        commands.choices[name].add_argument("-n", "--namespace", default="default", help="namespace")
-        commands.choices[name].formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        commands.choices[name].add_argument("-n", "--namespace", default="default",
+                                            help="namespace (default: %(default)s)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, inside the handler below, not at exit
+        return code
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
     except ApiRequestError as exc:
@@ -362,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ascend-train get pods | head`: the reader has what it wanted
+        return quiet_broken_pipe()
     return 1
 
 

@@ -6,7 +6,9 @@ apply ``default``s, then validate with the OpenAPI schema and with the CEL rules
 root ``self.metadata`` holds only ``name`` and ``generateName``). Schema errors come first; when one of them
 means the object lacks the shape the rules were written for (a wrong type, a missing required field, a value
 outside an enum, too long, too many items) the CEL rules are not evaluated at all, as in kube-apiserver's
-``hasBlockingErr``.
+``hasBlockingErr``. On updates CEL rules are ratcheted as on kube-apiserver 1.30+: a subtree the update left
+unchanged is not judged again (a status patch does not re-run the spec's rules). Programs are compiled once per
+expression and process.
 Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: ...``.
 """
 from __future__ import annotations
@@ -24,6 +26,10 @@ _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 _BLOCKING = {"enum", "required", "maxLength", "maxItems", "maxProperties", "type"}
 RULES_NOT_CHECKED = ("<nil>", '<nil>: Invalid value: "null": some validation rules were not checked because the '
                               "object was invalid; correct the existing errors to complete validation")
+
+
+_CEL = celpy.Environment()
+_PROGRAMS: dict[str, Any] = {}
 
 
 def _field(path: list[str | int]) -> str:
@@ -75,14 +81,35 @@ def _to_jsonschema(schema: Any) -> Any:
     return out
 
 
+class _Activation:
+    """``self`` and ``oldSelf`` of one schema node, converted to CEL values once for all its rules (the conversion
+    of a whole object costs more than evaluating a rule), ``oldSelf`` only for rules that use it."""
+
+    def __init__(self, value: Any, old: Any):
+        self.value, self.old = value, old
+        self._self: Any = None
+        self._old: Any = None
+
+    def bindings(self, with_old: bool) -> dict[str, Any]:
+        if self._self is None:
+            self._self = celpy.json_to_cel(self.value)
+        out = {"self": self._self}
+        if with_old and self.old is not None:
+            if self._old is None:
+                self._old = celpy.json_to_cel(self.old)
+            out["oldSelf"] = self._old
+        return out
+
+
 class CustomResourceSchema:
     """Prune, default and validate custom objects of one CRD version."""
 
     def __init__(self, open_api_v3_schema: dict[str, Any]):
         self.schema = open_api_v3_schema or {}
         self._validator = jsonschema.Draft4Validator(_to_jsonschema(self.schema))
-        self._programs: dict[str, Any] = {}
-        self._cel = celpy.Environment()
+        # One validator per top-level property (spec, status): an update validates only the parts it changed.
+        self._parts = {key: jsonschema.Draft4Validator(_to_jsonschema(sub))
+                       for key, sub in (self.schema.get("properties") or {}).items()}
         # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server).
         self._compile_all(self.schema)
 
@@ -98,10 +125,13 @@ class CustomResourceSchema:
         for key in ("items", "additionalProperties"):
             self._compile_all(schema.get(key))
 
-    def _program(self, expression: str) -> Any:
-        if expression not in self._programs:
-            self._programs[expression] = self._cel.program(self._cel.compile(expression))
-        return self._programs[expression]
+    @staticmethod
+    def _program(expression: str) -> Any:
+        """The compiled CEL program of one expression, compiled once per process (a CRD written again, or another
+        version of it, reuses it)."""
+        if expression not in _PROGRAMS:
+            _PROGRAMS[expression] = _CEL.program(_CEL.compile(expression))
+        return _PROGRAMS[expression]
 
     # -- shaping ----------------------------------------------------------------------------------
 
@@ -151,18 +181,31 @@ class CustomResourceSchema:
         validation, which wants every problem at once) evaluates them anyway and keeps the rules that fail
         cleanly, dropping those that cannot evaluate on the ill-typed values already reported."""
         body = {k: v for k, v in obj.items() if k not in _ROOT_KEPT}
-        schema_errors = list(self._validator.iter_errors(body))
+        old_body = None if old is None else {k: v for k, v in old.items() if k not in _ROOT_KEPT}
+        schema_errors = self._schema_errors(body, old_body)
         found = sorted({self._schema_error(e) for e in schema_errors})
         blocked = any(e.validator in _BLOCKING for e in schema_errors)
         if blocked and not every_rule:
             return found + [RULES_NOT_CHECKED]
-        old_body = None if old is None else {k: v for k, v in old.items() if k not in _ROOT_KEPT}
         rule_errors: list[tuple[str, str]] = []
         self._rule_errors(self._with_name(body, obj), old_body and self._with_name(old_body, old), self.schema, [],
                           rule_errors)
         if blocked:
             rule_errors = [(f, m) for f, m in rule_errors if "rule evaluation error" not in m]
         return found + sorted(set(rule_errors))
+
+    def _schema_errors(self, body: dict[str, Any], old_body: dict[str, Any] | None) -> list[Any]:
+        """OpenAPI schema errors; on an update, ratcheted like the CEL rules: a top-level part (spec, status) the
+        update left unchanged is not validated again."""
+        if old_body is None or any(key not in body for key in self.schema.get("required") or []):
+            return list(self._validator.iter_errors(body))
+        found = []
+        for key, value in body.items():
+            if key in self._parts and old_body.get(key) != value:
+                for error in self._parts[key].iter_errors(value):
+                    error.path.appendleft(key)
+                    found.append(error)
+        return found
 
     @staticmethod
     def _with_name(body: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
@@ -200,8 +243,14 @@ class CustomResourceSchema:
                      found: list[tuple[str, str]]) -> None:
         if not isinstance(schema, dict) or value is None:
             return
-        for rule in schema.get("x-kubernetes-validations") or []:
-            message = self._check_rule(rule, value, old)
+        if old is not None and value == old:
+            # Validation ratcheting (CRDValidationRatcheting, on by default since 1.30): an update does not re-judge
+            # a value it left unchanged, so a status patch never re-runs the spec's rules.
+            return
+        rules = schema.get("x-kubernetes-validations") or []
+        converted = _Activation(value, old) if rules else None
+        for rule in rules:
+            message = self._check_rule(rule, converted)
             if message is not None:
                 field = (_field(path) if path else "") + (rule.get("fieldPath") or "")
                 field = field.lstrip(".") or _field(path)
@@ -218,14 +267,13 @@ class CustomResourceSchema:
             for index, item in enumerate(value):
                 self._rule_errors(item, None, schema.get("items"), path + [index], found)
 
-    def _check_rule(self, rule: dict[str, Any], value: Any, old: Any) -> str | None:
+    def _check_rule(self, rule: dict[str, Any], converted: _Activation) -> str | None:
         """The failure message of one CEL rule, or None when it holds (or is a transition rule on create)."""
         expression = rule["rule"]
-        if "oldSelf" in expression and old is None:
+        uses_old = "oldSelf" in expression or "oldSelf" in (rule.get("messageExpression") or "")
+        if "oldSelf" in expression and converted.old is None:
             return None
-        activation = {"self": celpy.json_to_cel(value)}
-        if old is not None:
-            activation["oldSelf"] = celpy.json_to_cel(old)
+        activation = converted.bindings(uses_old)
         try:
             result = self._program(expression).evaluate(activation)
         except celpy.CELEvalError as exc:

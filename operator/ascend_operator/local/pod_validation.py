@@ -1,33 +1,192 @@
-"""A few of kube-apiserver's Pod spec checks, the ones a job's pod template can break, in its words:
-duplicate volume names (a user volume named like one of the operator's), mounts of volumes that do not exist,
-and toleration operators. Differs from a real API server: the rest of ``ValidatePodSpec`` is not emulated.
+"""kube-apiserver's hand-written Pod spec rules (``ValidatePodSpec`` in pkg/apis/core/validation) for the fields a
+job's pod template can carry, in its words: tolerations, container images, ports, env, volumes and their mounts.
+The OpenAPI schema checks (types, required fields) are ``core_schemas``'.
+
+Differs from a real API server: rules for fields the operator never sets (probes, lifecycle hooks, ephemeral
+containers, resource quantities' syntax, topology spread, DNS config, ...) are not emulated.
 """
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
+from .object_names import DNS1123_LABEL, format_errors
+
 _TOLERATION_OPERATORS = ("Equal", "Exists")
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_PROTOCOLS = ("SCTP", "TCP", "UDP")
+_VOLUME_SOURCES = (
+    "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
+    "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI", "fc",
+    "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "projected",
+    "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image")
+_ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+_QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME_MESSAGE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+                           "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+                           f"used for validation is '{_QUALIFIED_NAME}')")
+_LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+_LABEL_VALUE_MESSAGE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+                        "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+                        f"'my_value',  or '12345', regex used for validation is '{_LABEL_VALUE}')")
+_ENV_NAME = "[-._a-zA-Z][-._a-zA-Z0-9]*"
+_ENV_NAME_MESSAGE = ("a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or "
+                     "'.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
+                     f"'MyEnvName1', regex used for validation is '{_ENV_NAME}')")
+_PORT_NAME = re.compile("^[-a-z0-9]+$")
+
+
+def _q(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _supported(field: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, str]:
+    return field, f"{field}: Unsupported value: {_q(value)}: supported values: " + ", ".join(_q(a) for a in allowed)
+
+
+def _qualified_name_errors(field: str, key: str) -> list[tuple[str, str]]:
+    """apimachinery's IsQualifiedName: an optional DNS-1123 subdomain prefix and a name part of 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    out = []
+    if "/" in key and (not prefix or format_errors(prefix, "dns1123-subdomain")):
+        out.append((field, f"{field}: Invalid value: {_q(key)}: prefix part must be a lowercase RFC 1123 subdomain"))
+    if not name or len(name) > 63 or not re.fullmatch(_QUALIFIED_NAME, name):
+        out.append((field, f"{field}: Invalid value: {_q(key)}: {_QUALIFIED_NAME_MESSAGE}"))
+    return out
+
+
+def _toleration_errors(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    for t, toleration in enumerate(spec.get("tolerations") or []):
+        at = f"spec.tolerations[{t}]"
+        key, operator = toleration.get("key") or "", toleration.get("operator") or ""
+        value, effect = toleration.get("value") or "", toleration.get("effect") or ""
+        if key:
+            errors += _qualified_name_errors(f"{at}.key", key)
+        elif operator != "Exists":
+            errors.append((f"{at}.operator", f'{at}.operator: Invalid value: {_q(operator)}: operator must be Exists '
+                                             'when `key` is empty, which means "match all values and all keys"'))
+        if toleration.get("tolerationSeconds") is not None and effect != "NoExecute":
+            errors.append((f"{at}.effect", f"{at}.effect: Invalid value: {_q(effect)}: effect must be 'NoExecute' "
+                                           "when `tolerationSeconds` is set"))
+        if operator in ("", "Equal"):
+            if not re.fullmatch(_LABEL_VALUE, value) or len(value) > 63:
+                errors.append((f"{at}.operator", f"{at}.operator: Invalid value: {_q(value)}: {_LABEL_VALUE_MESSAGE}"))
+        elif operator == "Exists":
+            if value:
+                errors.append((f"{at}.operator", f"{at}.operator: Invalid value: {_q(toleration)}: value must be "
+                                                 "empty when `operator` is 'Exists'"))
+        else:
+            errors.append(_supported(f"{at}.operator", operator, _TOLERATION_OPERATORS))
+        if effect and effect not in _TAINT_EFFECTS:
+            errors.append(_supported(f"{at}.effect", effect, _TAINT_EFFECTS))
+    return errors
+
+
+def _volume_errors(spec: dict[str, Any]) -> tuple[list[tuple[str, str]], set[str]]:
+    errors: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i, volume in enumerate(spec.get("volumes") or []):
+        at, name = f"spec.volumes[{i}]", volume.get("name") or ""
+        if not name:
+            errors.append((f"{at}.name", f"{at}.name: Required value"))
+        elif not re.fullmatch(DNS1123_LABEL, name) or len(name) > 63:
+            errors += [(f"{at}.name", f"{at}.name: Invalid value: {_q(name)}: {m}")
+                       for m in format_errors(name, "dns1123-label")]
+        elif name in seen:
+            errors.append((f"{at}.name", f"{at}.name: Duplicate value: {_q(name)}"))
+        seen.add(name)
+        sources = [s for s in _VOLUME_SOURCES if volume.get(s) is not None]
+        if not sources:
+            errors.append((at, f"{at}: Required value: must specify a volume type"))
+        elif len(sources) > 1:
+            errors.append((f"{at}.{sources[1]}", f"{at}.{sources[1]}: Forbidden: may not specify more than 1 "
+                                                 "volume type"))
+    return errors, seen
+
+
+def _container_errors(c: int, container: dict[str, Any], volumes: set[str]) -> list[tuple[str, str]]:
+    at = f"spec.containers[{c}]"
+    errors: list[tuple[str, str]] = []
+    name = container.get("name") or ""
+    if not name:
+        errors.append((f"{at}.name", f"{at}.name: Required value"))
+    else:
+        errors += [(f"{at}.name", f"{at}.name: Invalid value: {_q(name)}: {m}")
+                   for m in format_errors(name, "dns1123-label")]
+    image = container.get("image")
+    if not image:
+        errors.append((f"{at}.image", f"{at}.image: Required value"))
+    elif image != image.strip():
+        errors.append((f"{at}.image", f"{at}.image: Invalid value: {_q(image)}: must not have leading or trailing "
+                                      "whitespace"))
+    port_names: set[str] = set()
+    for p, port in enumerate(container.get("ports") or []):
+        here = f"{at}.ports[{p}]"
+        name = port.get("name")
+        if name:
+            if len(name) > 15 or not _PORT_NAME.match(name) or not re.search("[a-z]", name) or "--" in name \
+                    or name.startswith("-") or name.endswith("-"):
+                errors.append((f"{here}.name", f"{here}.name: Invalid value: {_q(name)}: must be no more than 15 "
+                                               "characters, contain only lowercase alphanumeric characters or '-', "
+                                               "contain at least one letter, and not start, end or contain '--'"))
+            elif name in port_names:
+                errors.append((f"{here}.name", f"{here}.name: Duplicate value: {_q(name)}"))
+            port_names.add(name)
+        for key in ("containerPort", "hostPort"):
+            number = port.get(key)
+            if key == "containerPort" and number is None:
+                errors.append((f"{here}.{key}", f"{here}.{key}: Required value"))
+            elif isinstance(number, int) and (number or key == "containerPort") and not 1 <= number <= 65535:
+                errors.append((f"{here}.{key}", f"{here}.{key}: Invalid value: {number}: must be between 1 and "
+                                                "65535, inclusive"))
+        protocol = port.get("protocol", "TCP")
+        if protocol not in _PROTOCOLS:
+            errors.append(_supported(f"{here}.protocol", protocol, _PROTOCOLS))
+    for e, env in enumerate(container.get("env") or []):
+        here = f"{at}.env[{e}]"
+        name = env.get("name") or ""
+        if not name:
+            errors.append((f"{here}.name", f"{here}.name: Required value"))
+        elif not re.fullmatch(_ENV_NAME, name):
+            errors.append((f"{here}.name", f"{here}.name: Invalid value: {_q(name)}: {_ENV_NAME_MESSAGE}"))
+        source = env.get("valueFrom")
+        if source is not None:
+            given = [s for s in _ENV_SOURCES if source.get(s) is not None]
+            if env.get("value"):
+                errors.append((f"{here}.valueFrom", f'{here}.valueFrom: Invalid value: "": may not be specified '
+                                                    "when `value` is not empty"))
+            if not given:
+                errors.append((f"{here}.valueFrom", f"{here}.valueFrom: Invalid value: \"\": must specify one of: "
+                                                    "`fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
+                                                    "`secretKeyRef`"))
+            elif len(given) > 1:
+                errors.append((f"{here}.valueFrom", f'{here}.valueFrom: Invalid value: "": may not have more than '
+                                                    "one field specified at a time"))
+    paths: set[str] = set()
+    for m, mount in enumerate(container.get("volumeMounts") or []):
+        here = f"{at}.volumeMounts[{m}]"
+        if mount.get("name") not in volumes:
+            errors.append((f"{here}.name", f"{here}.name: Not found: {_q(mount.get('name'))}"))
+        path = mount.get("mountPath") or ""
+        if not path:
+            errors.append((f"{here}.mountPath", f"{here}.mountPath: Required value"))
+        elif path in paths:
+            errors.append((f"{here}.mountPath", f"{here}.mountPath: Invalid value: {_q(path)}: must be unique"))
+        paths.add(path)
+    return errors
 
 
 def pod_spec_errors(pod: dict[str, Any]) -> list[tuple[str, str]]:
     spec = pod.get("spec") or {}
-    errors: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for i, volume in enumerate(spec.get("volumes") or []):
-        name = volume.get("name", "")
-        if name in seen:
-            field = f"spec.volumes[{i}].name"
-            errors.append((field, f'{field}: Duplicate value: "{name}"'))
-        seen.add(name)
+    errors, volumes = _volume_errors(spec)
+    names: set[str] = set()
     for c, container in enumerate(spec.get("containers") or []):
-        for m, mount in enumerate(container.get("volumeMounts") or []):
-            if mount.get("name") not in seen:
-                field = f"spec.containers[{c}].volumeMounts[{m}].name"
-                errors.append((field, f'{field}: Not found: "{mount.get("name")}"'))
-    for t, toleration in enumerate(spec.get("tolerations") or []):
-        operator = toleration.get("operator")
-        if operator is not None and operator not in _TOLERATION_OPERATORS:
-            field = f"spec.tolerations[{t}].operator"
-            errors.append((field, f'{field}: Unsupported value: "{operator}": supported values: '
-                                  + ", ".join(f'"{o}"' for o in _TOLERATION_OPERATORS)))
-    return errors
+        errors += _container_errors(c, container, volumes)
+        if container.get("name") in names:
+            errors.append((f"spec.containers[{c}].name",
+                           f"spec.containers[{c}].name: Duplicate value: {_q(container['name'])}"))
+        names.add(container.get("name"))
+    return errors + _toleration_errors(spec)

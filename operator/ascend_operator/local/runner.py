@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from .node_events import SCHEDULER, PodEvents
 from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
 from .pod_network import POD_IP_ENV, bind_shim, claim_network
 
@@ -89,6 +90,7 @@ class PodRunner:
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
+        self.events = PodEvents(self.core, self.node_name)
         self.network = claim_network()  # this cluster's own loopback /16, so clusters never share pod IPs
         self.ips = IpAllocator(self.network.prefix)
         self.bind_shim = bind_shim(self.root / "bin")
@@ -204,6 +206,7 @@ class PodRunner:
             if current is None or current.get("message") != message:
                 condition["lastTransitionTime"] = now_rfc3339()
                 self._patch_status(pod, {"phase": "Pending", "conditions": [condition]})
+                self.events.post(pod, "FailedScheduling", message, SCHEDULER, warning=True)
             return
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"]},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
@@ -212,6 +215,9 @@ class PodRunner:
         except ApiException as exc:
             if exc.status not in (404, 409):  # deleted or bound meanwhile
                 raise
+            return
+        self.events.post(pod, "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to "
+                                           f"{self.node_name}", SCHEDULER)
 
     def _pod_dir(self, pod: dict[str, Any]) -> Path:
         return self.root / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]
@@ -257,7 +263,11 @@ class PodRunner:
             running.finished = True
             self._patch_status(pod, self._status(pod, running, waiting={
                 "reason": "CreateContainerConfigError", "message": str(exc)}, phase="Pending"))
+            self.events.post(pod, "Failed", f"Error: {exc}", warning=True, container=container.get("name"))
             return
+        name = container.get("name", "")
+        self.events.post(pod, "Pulled", f'Container image "{container.get("image", "")}" already present on '
+                                        "machine", container=name)
         if self.bind_shim is not None:  # the pod's wildcard binds go to its own IP, as in its own namespace
             launch.env[POD_IP_ENV] = pod_ip
             launch.env["LD_PRELOAD"] = " ".join(filter(None, [str(self.bind_shim), launch.env.get("LD_PRELOAD")]))
@@ -275,6 +285,8 @@ class PodRunner:
                 self._exited(pod, running, 128, start_error=str(exc))
                 return
         running.restart_at = None
+        self.events.post(pod, "Created", f"Created container: {name}", container=name)
+        self.events.post(pod, "Started", f"Started container {name}", container=name)
         logger.info("started pod %s/%s (pid %d, ip %s): %s", *running.pod_key, running.process.pid, pod_ip,
                     " ".join(launch.argv))
         self._patch_status(pod, self._status(pod, running, running_state={"startedAt": running.started_at},
@@ -315,6 +327,11 @@ class PodRunner:
             running.restart_at = time.monotonic() + min(5.0, 0.5 * 2 ** (running.restart_count - 1))
             self._patch_status(pod, self._status(pod, running, waiting={
                 "reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}, phase="Running"))
+            container = (pod.get("spec") or {}).get("containers", [{}])[0].get("name", "")
+            meta = pod["metadata"]
+            self.events.post(pod, "BackOff", f"Back-off restarting failed container {container} in pod "
+                                             f"{meta['name']}_{meta['namespace']}({meta.get('uid')})", warning=True,
+                             container=container)
             return
         running.finished = True
         phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
@@ -369,6 +386,8 @@ class PodRunner:
         process = running.process if running else None
         if process is not None and process.poll() is None:
             if running.kill_deadline is None:
+                container = (pod.get("spec") or {}).get("containers", [{}])[0].get("name", "")
+                self.events.post(pod, "Killing", f"Stopping container {container}", container=container)
                 grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
                 running.kill_deadline = time.monotonic() + min(grace, MAX_LOCAL_GRACE_S)
                 _signal_group(process, signal.SIGTERM)
@@ -378,6 +397,7 @@ class PodRunner:
             process.wait()
         meta = pod["metadata"]
         self._containers.pop((meta["namespace"], meta["name"]), None)
+        self.events.forget(meta.get("uid", ""))
         try:
             self.core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0,
                                             body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]}))

@@ -32,10 +32,11 @@ def wants_table(accept: str) -> bool:
 def _parse_time(stamp: str | None) -> datetime.datetime | None:
     if not stamp:
         return None
-    try:
-        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    try:  # metav1.Time (seconds) or MicroTime (eventTime), with Z or an offset
+        then = datetime.datetime.fromisoformat(stamp)
     except ValueError:
         return None
+    return then if then.tzinfo else then.replace(tzinfo=datetime.timezone.utc)
 
 
 def human_age(stamp: str | None, now: datetime.datetime | None = None) -> str:
@@ -184,8 +185,9 @@ def _crd_columns(rt: ResourceType) -> tuple[list[dict[str, Any]], Callable[[dict
 
 
 def table(rt: ResourceType, items: list[dict[str, Any]], resource_version: str,
-          include_object: str = "PartialObjectMetadata") -> dict[str, Any]:
-    """The Table for ``items`` (one item for a GET of a single object)."""
+          include_object: str = "PartialObjectMetadata", headers: bool = True) -> dict[str, Any]:
+    """The Table for ``items`` (one item for a GET of a single object, or a watch event's object; a watch sends
+    the column definitions with its first event only, as kube-apiserver does)."""
     columns, row = _crd_columns(rt) if rt.crd_name else _BUILTIN.get((rt.group, rt.plural), _DEFAULT)
     rows = []
     for obj in items:
@@ -197,4 +199,4 @@ def table(rt: ResourceType, items: list[dict[str, Any]], resource_version: str,
             embedded = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
         rows.append({"cells": row(obj), "object": embedded})
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": columns, "rows": rows}
+            "columnDefinitions": columns if headers else None, "rows": rows}

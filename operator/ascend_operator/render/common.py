@@ -38,7 +38,7 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         resources.setdefault("requests", {})[key] = value
         resources.setdefault("limits", {})[key] = value
     mounts = [{"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True}]
-    if settings.shmSize:
+    if settings.shm_size_limit():
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return {
         "name": "engine",
@@ -58,8 +58,8 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
 
 def pod_spec(settings: PodSettings, name: str, main: dict[str, Any]) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [{"name": "engine-config", "configMap": {"name": f"{name}-config"}}]
-    if settings.shmSize:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shmSize}})
+    if settings.shm_size_limit():
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size_limit()}})
     spec: dict[str, Any] = {
         "restartPolicy": "Never",  # restarts are the operator's decision (gang restart), not the kubelet's
         "terminationGracePeriodSeconds": settings.terminationGracePeriodSeconds,

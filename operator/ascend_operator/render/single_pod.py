@@ -11,7 +11,8 @@ from .common import CONFIG_FILE, POD_IP_ENV, config_map, container, job_labels, 
 
 
 def pod(kind: str, name: str, settings: SinglePodSettings, command: str) -> dict[str, Any]:
-    limits = {settings.devices.resource: "1"} if settings.devices.resource else {}
+    device = settings.devices.extended_resource()
+    limits = {device: "1"} if device else {}
     env = [POD_IP_ENV, metrics_port_env(settings.metricsPort)]
     main = container(settings, ["ascend-engine", command, "--config", CONFIG_FILE], env, limits)
     return {

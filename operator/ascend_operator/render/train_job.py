@@ -134,7 +134,8 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     labels = job_labels(KIND, name) | {LABEL_REPLICA_INDEX: str(index)}
     if spec.devices.is_ascend() and spec.devices.ringController:
         labels["ring-controller.atlas"] = spec.devices.ringController
-    limits = {spec.devices.resource: str(spec.nprocPerNode)} if spec.devices.resource else {}
+    device = spec.devices.extended_resource()
+    limits = {device: str(spec.nprocPerNode)} if device else {}
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))

@@ -1,0 +1,128 @@
+"""Built-in objects (Pod, Service, ConfigMap, Event, Lease, ...) checked against Kubernetes' own OpenAPI schemas.
+
+The schemas are the ones the PyPI package ``kubernetes-validate`` ships per Kubernetes version (JSON Schema
+generated from each release's OpenAPI document); the server emulates ``KUBERNETES_VERSION`` and answers
+``/version`` with it, so kubectl, the schemas and the reported version agree. Errors come back as kube-apiserver
+words them: a value of the wrong JSON type fails decoding (400 BadRequest, ``cannot be handled as a Pod``), a
+missing required field or an unsupported enum value fails validation (422 Invalid with the field path).
+
+Unknown fields are dropped, with the request's ``fieldValidation`` deciding whether that is silent, a warning or
+an error, as for custom objects.
+
+Differs from a real API server: the decoding message names the JSON path and the schema's type instead of Go's
+struct and type names; apimachinery's hand-written rules (names, tolerations, images, ports, volumes, env) are in
+``pod_validation``, not here.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from typing import Any
+
+import jsonschema
+import referencing
+from kubernetes_validate.utils import schema_contents
+
+KUBERNETES_VERSION = "1.32.0"
+# The strict variant: objects refuse unknown properties, which is how unknown fields are found (then pruned, or
+# refused under fieldValidation=Strict, as kube-apiserver's decoder does).
+_SCHEMA_DIR = f"kubernetes-json-schema/v{KUBERNETES_VERSION}-local-strict"
+
+
+class DecodingError(ValueError):
+    """A value of the wrong JSON type: kube-apiserver cannot decode the body (400 BadRequest)."""
+
+
+def version_info() -> dict[str, str]:
+    """``/version`` as a kube-apiserver of ``KUBERNETES_VERSION`` answers it."""
+    major, minor, _ = KUBERNETES_VERSION.split(".")
+    return {"major": major, "minor": minor, "gitVersion": f"v{KUBERNETES_VERSION}", "gitCommit": "",
+            "gitTreeState": "clean", "buildDate": "", "goVersion": "", "compiler": "gc",
+            "platform": "linux/amd64"}
+
+
+@functools.cache
+def _registry() -> referencing.Registry:
+    definitions = schema_contents(f"{_SCHEMA_DIR}/_definitions.json", KUBERNETES_VERSION)
+    return referencing.Resource.from_contents(definitions) @ referencing.Registry()
+
+
+@functools.cache
+def _validator(group: str, version: str, kind: str) -> jsonschema.Draft202012Validator | None:
+    """The validator of one built-in kind, built once; None when Kubernetes has no such kind in this version."""
+    api_version = f"{group.split('.', 1)[0]}-{version}" if group else version
+    try:
+        schema = schema_contents(f"{_SCHEMA_DIR}/{kind.lower()}-{api_version}.json", KUBERNETES_VERSION)
+    except FileNotFoundError:
+        return None
+    return jsonschema.Draft202012Validator(schema, registry=_registry())
+
+
+def _field(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), "null")
+
+
+class Checked:
+    """The outcome of checking one built-in object: validation errors and the unknown fields found."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, str]] = []
+        self.unknown: list[list[str | int]] = []
+
+    def unknown_fields(self) -> list[str]:
+        return [_field(path) for path in self.unknown]
+
+    def pruned(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` without its unknown fields (a real server's decoder drops them)."""
+        if not self.unknown:
+            return obj
+        obj = copy.deepcopy(obj)
+        for path in self.unknown:
+            holder: Any = obj
+            for part in path[:-1]:
+                holder = holder[part]
+            holder.pop(path[-1], None)
+        return obj
+
+
+def check(group: str, version: str, kind: str, obj: dict[str, Any]) -> Checked:
+    """Validation errors and unknown fields of a built-in object; raises DecodingError for a wrong JSON type."""
+    checked = Checked()
+    validator = _validator(group, version, kind)
+    if validator is None:
+        return checked
+    for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+        path = list(error.absolute_path)
+        field = _field(path)
+        if error.validator == "additionalProperties":
+            known = set((error.schema.get("properties") or {}))
+            checked.unknown += [path + [key] for key in error.instance if key not in known]
+        elif error.validator == "type":
+            expected = error.validator_value
+            expected = next(t for t in expected if t != "null") if isinstance(expected, list) else expected
+            raise DecodingError(f'{kind} in version "{version}" cannot be handled as a {kind}: json: cannot '
+                                f"unmarshal {_json_type(error.instance)} into Go struct field {field or kind} of "
+                                f"type {expected}")
+        elif error.validator == "required":
+            missing = [r for r in error.validator_value if r not in (error.instance or {})]
+            field = _field(path + missing[:1])
+            checked.errors.append((field, f"{field}: Required value"))
+        elif error.validator == "enum":
+            allowed = ", ".join(json.dumps(v) for v in error.validator_value if v is not None)
+            checked.errors.append((field, f"{field}: Unsupported value: {json.dumps(error.instance)}: supported "
+                                          f"values: {allowed}"))
+        else:
+            checked.errors.append((field, f"{field}: Invalid value: {json.dumps(error.instance)}: {error.message}"))
+    return checked

@@ -1,0 +1,190 @@
+"""The local API server held to kube-apiserver's rules, seen through the real kubectl: built-in objects checked
+against Kubernetes' own schemas and Pod rules, error causes that name the field once, the emulated version,
+watches printed as tables, events with their times and counts."""
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.core_schemas import KUBERNETES_VERSION
+from test_kubectl import kubectl, pytestmark, rows  # noqa: F401 -- same binary, same skip conditions
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(root=tmp_path_factory.mktemp("rules") / "cluster") as local:
+        yield local
+
+
+def _apply(cluster, obj: dict, *flags: str) -> subprocess.CompletedProcess:
+    path = cluster.root / f"{obj['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    return kubectl(cluster, "apply", *flags, "-f", str(path), check=False)
+
+
+def _pod(name: str, **spec) -> dict:
+    container = {"name": "main", "image": "busybox", "command": ["true"]} | spec.pop("container", {})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"restartPolicy": "Never", "containers": [container]} | spec}
+
+
+@pytest.mark.parametrize("name, spec, field, words", [
+    ("exists-with-value", {"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]},
+     "spec.tolerations[0].operator", "value must be empty when `operator` is 'Exists'"),
+    ("bad-key", {"tolerations": [{"key": "bad key", "operator": "Exists"}]},
+     "spec.tolerations[0].key", "name part must consist of alphanumeric characters"),
+    ("bad-operator", {"tolerations": [{"key": "a", "operator": "In"}]},
+     "spec.tolerations[0].operator", 'Unsupported value: "In"'),
+    ("newline-image", {"container": {"image": "busybox\n"}},
+     "spec.containers[0].image", "must not have leading or trailing whitespace"),
+    ("bad-port", {"container": {"ports": [{"containerPort": 70000}]}},
+     "spec.containers[0].ports[0].containerPort", "must be between 1 and 65535, inclusive"),
+    ("bad-env", {"container": {"env": [{"name": "1X", "value": "v"}]}},
+     "spec.containers[0].env[0].name", "a valid environment variable name"),
+    ("two-sources", {"volumes": [{"name": "v", "emptyDir": {}, "hostPath": {"path": "/x"}}]},
+     "spec.volumes[0].emptyDir", "may not specify more than 1 volume type"),  # the second in Go's order
+    ("no-name", {"container": {"name": ""}}, "spec.containers[0].name", "Required value"),
+])
+def test_kube_apiserver_pod_rules_refuse_a_bad_pod_naming_the_field_once(cluster, name, spec, field, words):
+    result = _apply(cluster, _pod(name, **spec))
+    assert result.returncode != 0, f"{name} was accepted"
+    assert f'The Pod "{name}" is invalid' in result.stderr and f"{field}: " in result.stderr, result.stderr
+    assert words in result.stderr, result.stderr
+    assert f"{field}: {field}" not in result.stderr  # the path once, as kube-apiserver's causes carry it
+
+
+def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
+    pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
+    strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict
+    assert strict.returncode != 0 and 'unknown field "spec.tolerations[0].tolerationSecond"' in strict.stderr, \
+        strict.stderr
+    warned = _apply(cluster, pod, "--validate=warn")
+    assert warned.returncode == 0 and 'unknown field "spec.tolerations[0].tolerationSecond"' in warned.stderr
+    stored = json.loads(kubectl(cluster, "get", "pod", "unknown-field", "-o", "json").stdout)
+    assert stored["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]
+
+
+def test_a_value_of_the_wrong_type_fails_decoding_as_on_kube_apiserver(cluster):
+    result = _apply(cluster, _pod("typed", container={"ports": [{"containerPort": "http"}]}))
+    assert result.returncode != 0 and 'cannot be handled as a Pod' in result.stderr, result.stderr
+
+
+def test_custom_resource_errors_name_the_field_once(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "bad-stage"
+    job["spec"]["train"]["stage"] = "rlhf"
+    result = _apply(cluster, job)
+    assert result.returncode != 0 and "spec.train.stage: Unsupported value" in result.stderr, result.stderr
+    assert "spec.train.stage: spec.train.stage" not in result.stderr and "<nil>: <nil>" not in result.stderr
+
+
+def test_the_server_reports_the_kubernetes_version_it_emulates(cluster):
+    server = json.loads(kubectl(cluster, "version", "-o", "json").stdout)["serverVersion"]
+    assert server["gitVersion"] == f"v{KUBERNETES_VERSION}"
+    assert (server["major"], server["minor"]) == tuple(KUBERNETES_VERSION.split(".")[:2])
+
+
+def _watch_output(cluster, *args: str, seconds: float) -> list[list[str]]:
+    """What `kubectl get ... -w` printed within ``seconds`` (a watch never ends by itself)."""
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+    try:
+        subprocess.run(["kubectl", "get", *args, "-w"], env=env, capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired as stopped:
+        return [line.split() for line in (stopped.stdout or b"").decode().splitlines()]
+    raise AssertionError("the watch ended by itself")
+
+
+def test_get_watch_prints_the_header_before_the_first_row(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "watched"
+    assert _apply(cluster, job).returncode == 0
+    job["spec"]["train"]["training"]["trainIters"] = 7
+    later = threading.Timer(1.5, lambda: _apply(cluster, job))  # a change while watching: one more row
+    later.start()
+    try:
+        lines = _watch_output(cluster, "atj", "watched", seconds=4)
+    finally:
+        later.join()
+    assert lines[0][:3] == ["NAME", "PHASE", "ITER"], lines
+    assert [line[0] for line in lines[1:]] == ["watched", "watched"], lines  # rows only, no header repeated
+
+
+def test_get_events_shows_last_seen_first_seen_and_count(cluster):
+    resources = cluster.client()
+    ago = lambda s: (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=s))  # noqa: E731
+    resources.apply({  # as kopf and client-go's recorder write them: microseconds, a count that grew
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "seen.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "seen", "namespace": "default"}, "reason": "BackOff",
+        "message": "restarting", "type": "Warning", "count": 3, "source": {"component": "kubelet"},
+        "firstTimestamp": ago(300).isoformat().replace("+00:00", "Z"),
+        "lastTimestamp": ago(30).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    resources.close()
+    table = rows(kubectl(cluster, "get", "events", "-o", "wide", "--field-selector", "involvedObject.name=seen").stdout)
+    assert table[0][:2] == ["LAST", "SEEN"]
+    row = table[1]
+    assert row[0] in ("30s", "31s", "32s") and "<unknown>" not in row, row
+    assert "5m" in row and "3" in row, row  # FIRST SEEN and COUNT
+
+
+def test_merge_patch_null_removes_then_defaults_and_new_crd_defaults_show_on_read(cluster):
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "defaulted"
+    assert _apply(cluster, job).returncode == 0
+    kubectl(cluster, "patch", "atj", "defaulted", "--type", "merge", "-p", '{"spec": {"shmSize": null}}')
+    stored = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
+    assert stored["spec"]["shmSize"] == "16Gi"  # null means "remove"; the server then applies the default
+    crd = json.loads(kubectl(cluster, "get", "crd", "ascendtrainjobs.ascendtrain.dev", "-o", "json").stdout)
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["note"] = {"type": "string", "default": "added later"}
+    path = cluster.root / "crd.json"
+    path.write_text(json.dumps(crd))
+    kubectl(cluster, "replace", "-f", str(path))
+    again = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
+    assert again["spec"]["note"] == "added later"  # defaulted on read, as from etcd
+    assert again["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]  # without a write
+
+
+def _events_of(cluster, pod: str, want: set[str], timeout: float = 30) -> str:
+    """`kubectl describe pod`'s output once its Events list every reason in ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = kubectl(cluster, "describe", "pod", pod).stdout
+        events = text.split("Events:", 1)[-1]
+        if all(reason in events for reason in want) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.3)
+
+
+def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_post(cluster):
+    code = "import time; time.sleep(30)"
+    sleeper = _pod("sleeper", container={"image": "local", "command": ["python", "-c", code]})
+    assert _apply(cluster, sleeper).returncode == 0, "the sleeper was refused"
+    events = _events_of(cluster, "sleeper", {"Scheduled", "Pulled", "Created", "Started"})
+    for reason, source in (("Scheduled", "default-scheduler"), ("Pulled", "kubelet"), ("Created", "kubelet"),
+                           ("Started", "kubelet")):
+        assert re.search(rf"Normal\s+{reason}\s+\S+\s+{source}", events), events
+    kubectl(cluster, "delete", "pod", "sleeper", "--wait=false")
+    deadline = time.monotonic() + 20
+    while "Killing" not in (seen := kubectl(cluster, "get", "events", "--field-selector",
+                                            "involvedObject.name=sleeper").stdout):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.3)
+    assert re.search(r"Normal\s+Killing\s+pod/sleeper\s+Stopping container main", seen), seen
+    greedy = _pod("greedy", container={"image": "local", "resources": {"limits": {"huawei.com/Ascend910": "1"}}})
+    assert _apply(cluster, greedy).returncode == 0
+    events = _events_of(cluster, "greedy", {"FailedScheduling"})
+    assert re.search(r"Warning\s+FailedScheduling\s+.*0/1 nodes are available: 1 Insufficient huawei.com/Ascend910",
+                     events), events
