@@ -59,7 +59,7 @@ def megatron_job(name: str, runner: Path, data: list[str]) -> dict:
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "image": "my-team/megatron-lm:core_v0.12.1", "nnodes": 2, "nprocPerNode": 1,
-            "devices": {"resource": None}, "shmSize": None,
+            "devices": {"resource": "none"}, "shmSize": "none",
             "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "ascend-workspace"}}],
             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
             "env": [{"name": "PYTHONPATH", "value": os.pathsep.join([megatron, os.environ.get("PYTHONPATH", "")])},

@@ -24,7 +24,7 @@ def byo_job(name: str, data_path: str, nnodes: int = 2) -> dict:
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "image": "my-team/megatron:24.09", "nnodes": nnodes, "nprocPerNode": 1,
-            "devices": {"resource": None}, "shmSize": None,
+            "devices": {"resource": "none"}, "shmSize": "none",
             "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "ascend-workspace"}}],
             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
             "runPolicy": {"backoffLimit": 1},
