@@ -18,6 +18,7 @@ COMMANDS = {
     "generate": ("ascend_engine.generate.command", "continue a prompt with a checkpoint (greedy / top-p), any TP/PP"),
     "evaluate": ("ascend_engine.evaluate.command", "benchmark accuracy (MMLU, CEval, GSM8K, HumanEval, ...), any TP/PP"),
     "wait-for-master": ("ascend_engine.rendezvous", "wait for the master's address and port, then exec a command"),
+    "watch": ("ascend_engine.watch", "run your own trainer (torchrun ...) and serve its Megatron log lines as metrics"),
     "import-script": ("ascend_engine.importer.command", "MindSpeed-LLM launch script -> AscendTrainJob YAML"),
 }
 

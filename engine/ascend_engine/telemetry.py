@@ -171,6 +171,11 @@ def serve_metrics(port: int, addr: str | None = None) -> Metrics:
     return _SERVING
 
 
+def serving() -> Metrics | None:
+    """This process's metrics endpoint, once ``serve_metrics`` started it."""
+    return _SERVING
+
+
 def serve_metrics_from_env() -> None:
     """One-pod jobs (preprocess, convert) get their port from the pod's environment."""
     port = os.environ.get(METRICS_PORT_ENV)

@@ -1,7 +1,9 @@
-"""The whole path on the embedded local cluster: apply the quickstart, the operator makes pods, the runner
-starts torchrun in each, rank 0's metrics reach status.progress, and the job ends Succeeded with a checkpoint.
-Beside it, a job whose dataset does not exist fails with the engine's own words where users look (the real
-kubectl: -o wide and describe; ascend-train get), its failed pods and their logs kept."""
+"""The whole path on the embedded local cluster, driven from Python with the SDK as a notebook would: create the
+quickstart (validated before it is sent), the operator makes pods, the runner starts torchrun in each, rank 0's
+metrics reach status.progress while it runs, the job ends Succeeded with a checkpoint, and its logs and kept
+history (rows for pandas) read back; suspend / resume / delete act on a second job. Beside it, a job whose
+dataset does not exist fails with the engine's own words where users look (the real kubectl: -o wide and
+describe; ascend-train get), its failed pods and their logs kept."""
 from __future__ import annotations
 
 import copy
@@ -14,9 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.client.rest import ApiException
 
 from ascend_operator.local.cli import main as ascend_train
 from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.sdk import InvalidSpec, TrainClient
 
 pytestmark = pytest.mark.e2e
 
@@ -62,33 +66,45 @@ def _failure_is_where_users_look(cluster: LocalCluster, capsys) -> None:
     assert "no dataset for prefix" in run("logs", failed[0])
 
 
-def test_quickstart_runs_to_success_with_live_progress(tmp_path, capsys):
+def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, capsys):
     job = yaml.safe_load(QUICKSTART.read_text())
     train_iters = job["spec"]["train"]["training"]["trainIters"]
     seen_running_progress = []
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
-        resources = cluster.client()
-        atj = resources.resolve("atj")
-        resources.apply(job)
-        resources.apply(_without_data(job))
+    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster, TrainClient(cluster.kubeconfig) as sdk:
+        bad = copy.deepcopy(job)
+        bad["spec"]["train"]["parallel"]["tensorModelParalelSize"] = 2
+        with pytest.raises(InvalidSpec, match='spec.train.parallel.tensorModelParalelSize: unknown field '
+                                              '"tensorModelParalelSize" \\(did you mean "tensorModelParallelSize"'):
+            sdk.create(bad)
+        sdk.create(job)
+        sdk.create(_without_data(job))
+        # A spec dict is enough; this one waits for a DatasetPrep that never comes, so it starts no pods.
+        held = sdk.create({**job["spec"], "datasetPrepRef": "not-yet"}, name="held")
+        sdk.suspend("held")
+        assert sdk.wait("held", "Suspended", timeout=120).phase == "Suspended"
+        sdk.resume("held")
+        assert sdk.wait("held", "Pending", timeout=120).raw["spec"]["runPolicy"]["suspend"] is False
+        sdk.delete("held")
         deadline = time.monotonic() + 480
-        status = {}
-        while time.monotonic() < deadline:
-            status = resources.get(atj, "quickstart", "default").get("status") or {}
-            if (resources.get(atj, "nodata", "default").get("status") or {}).get("phase") == "Failed" and \
-                    "nodata" not in seen_running_progress:
+        status = sdk.get("quickstart")
+        while time.monotonic() < deadline and status.phase not in ("Succeeded", "Failed"):
+            if sdk.get("nodata").phase == "Failed" and "nodata" not in seen_running_progress:
                 seen_running_progress.append("nodata")  # checked once, while the quickstart still trains
                 _failure_is_where_users_look(cluster, capsys)
-            if status.get("phase") == "Running" and status.get("progress", {}).get("iteration"):
-                seen_running_progress.append(status["progress"]["iteration"])
-            if status.get("phase") in ("Succeeded", "Failed"):
-                break
+            if status.phase == "Running" and status.progress.get("iteration"):
+                seen_running_progress.append(status.progress["iteration"])
             time.sleep(0.5)
-        log = cluster.operator_log.read_text()[-3000:]
-        pods = {p["metadata"]["name"]: p for p in resources.list(resources.resolve("pods"), "default")
-                if p["metadata"]["name"].startswith("quickstart")}
-        resources.close()
-    assert status.get("phase") == "Succeeded", f"status: {status}\noperator log tail:\n{log}"
+            status = sdk.get("quickstart")
+        done = sdk.wait("quickstart", "Succeeded", timeout=5)
+        assert sorted(j.name for j in sdk.list()) == ["nodata", "quickstart"] and held.name == "held"
+        log = list(sdk.logs("quickstart", 0))
+        rows = sdk.history("quickstart")
+        pods = {p.metadata.name: p for p in sdk.core.list_namespaced_pod("default").items
+                if p.metadata.name.startswith("quickstart")}
+        with pytest.raises(ApiException) as gone:
+            sdk.get("held")
+        assert gone.value.status == 404
+    status = done.raw["status"]
     assert set(pods) == {"quickstart-0", "quickstart-1"}
     # Progress was read live from rank 0 while training ran, and the final figures came with the exit.
     assert "nodata" in seen_running_progress, "the job without data did not fail while the quickstart ran"
@@ -101,6 +117,11 @@ def test_quickstart_runs_to_success_with_live_progress(tmp_path, capsys):
     assert progress["columns"] == {"loss": f"{progress['loss']:#.4g}",
                                    "tokensPerSecond": str(round(progress["tokensPerSecond"]))}
     assert status["replicas"]["succeeded"] == 2
+    # Rank 0's output, line by line, and the history as rows of figures by iteration.
+    assert any(f"iteration {train_iters:8d}/{train_iters:8d}" in line for line in log), log[-5:]
+    assert rows and rows[-1]["iteration"] == train_iters and rows[-1]["loss"] == progress["loss"]
+    assert all({"iteration", "time", "loss", "learningRate", "tokensPerSecond"} <= set(r) for r in rows), rows
+    assert [r["iteration"] for r in rows] == sorted({r["iteration"] for r in rows})
     # The checkpoint is in Megatron's layout, on the claim's directory, one shard per TP rank.
     ckpt = tmp_path / "cluster" / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "quickstart"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(train_iters)

@@ -44,8 +44,10 @@ def test_train_job_crd_has_status_columns_and_short_name():
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Iter", "Loss", "Tok/s", "Eval",
                                                                        "Restarts", "Age", "Failure"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec["required"] == ["image"]  # train or evaluation: a CEL rule asks for one of them
-    assert any(r["rule"] == "has(self.train) || has(self.evaluation)" for r in spec["x-kubernetes-validations"])
+    assert spec["required"] == ["image"]  # train, evaluation or trainer: a CEL rule asks for one of them
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert "has(self.train) || has(self.trainer) || has(self.evaluation)" in rules
+    assert "!has(self.trainer) || !has(self.train)" in rules
     tp = spec["properties"]["train"]["properties"]["parallel"]["properties"]["tensorModelParallelSize"]
     assert tp["default"] == 1 and tp["minimum"] == 1 and tp["description"]
 

@@ -303,3 +303,33 @@ def test_default_names_are_dns_1035_labels(script, name):
 
     assert job_name(script) == name
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
+
+
+def test_keep_as_is_makes_the_scripts_own_torchrun_line_the_trainer(tmp_path, capsys):
+    """A seed-style MindSpeed-LLM pretrain script, kept as it is: its flags word for word after pretrain_gpt.py,
+    its exports as env (HCCL's in spec.hccl), its torchrun shape as the pods; the manifest passes `ascend-train
+    validate` (the CRD's schema and CEL rules, then the model)."""
+    from ascend_operator.local.cli import main as train_main
+
+    script = SCRIPTS / "pretrain_qwen3_1point7b_4K_ptd.sh"
+    out = tmp_path / "job.yaml"
+    assert engine_main(["import-script", str(script), "--keep-as-is", "--image", "team/mindspeed-llm:2.2.0",
+                        "--workdir", "/home/MindSpeed-LLM", "-o", str(out)]) == 0
+    manifest = yaml.safe_load(out.read_text())
+    spec = manifest["spec"]
+    assert "train" not in spec and spec["image"] == "team/mindspeed-llm:2.2.0"
+    assert (spec["nnodes"], spec["nprocPerNode"], spec["masterPort"]) == (1, 2, 6000)
+    assert spec["hccl"] == {"connectTimeout": 1800}
+    assert spec["env"] == [{"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"},
+                           {"name": "NPU_ASD_ENABLE", "value": "0"}]
+    trainer = spec["trainer"]
+    assert trainer["command"] == ["torchrun", "pretrain_gpt.py"] and trainer["workingDir"] == "/home/MindSpeed-LLM"
+    launch, _ = find_launch(read_script(script.read_text()))
+    assert trainer["args"] == [w for flag, values in launch.flags for w in (flag, *values)]
+    args = trainer["args"]
+    assert args[args.index("--seq-length") + 1] == "4096" and args[args.index("--save") + 1] == "/workspace/model-out"
+    assert "--node_rank" not in args and "--master-addr" not in " ".join(trainer["command"])
+    capsys.readouterr()
+    assert train_main(["validate", "-f", str(out)]) == 0
+    assert "valid" in capsys.readouterr().out
+    assert engine_main(["import-script", str(script), "--keep-as-is"]) == 2  # whose image? it must be said

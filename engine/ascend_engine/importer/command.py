@@ -1,5 +1,8 @@
 """``ascend-engine import-script tune_xxx.sh -o job.yaml``: a MindSpeed-LLM launch script -> AscendTrainJob.
 
+By default the launch is translated to the engine's ``train`` config; ``--keep-as-is --image IMAGE`` keeps the
+script's own ``torchrun ... pretrain_gpt.py`` line as the job's ``trainer`` instead (importer/keep.py).
+
 The YAML starts with comments listing every flag that was not imported (and why) and the paths the job
 uses, which need volumes; the same list goes to stderr.
 """
@@ -14,14 +17,20 @@ from pathlib import Path
 import yaml
 
 from ..config.loader import ConfigError
-from .job import ImportedJob, import_script
+from .job import DEFAULT_IMAGE, ImportedJob, import_script
+from .keep import import_as_is
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", help="the launch script (tune_*.sh, pretrain_*.sh)")
     parser.add_argument("-o", "--output", help="write the manifest here (default: stdout)")
-    parser.add_argument("--image", default="ascend-train/engine-ascend:0.1.0",
-                        help="engine image for the pods (the Dockerfile's engine-ascend target by default)")
+    parser.add_argument("--image", help="image for the pods (default: the Dockerfile's engine-ascend target; "
+                                            "with --keep-as-is, required: your MindSpeed-LLM image)")
+    parser.add_argument("--keep-as-is", action="store_true",
+                        help="keep the script's torchrun line as the job's trainer (your image runs your code) "
+                             "instead of translating it to the engine")
+    parser.add_argument("--workdir", help="--keep-as-is: the container's working directory (the MindSpeed-LLM "
+                                          "checkout that has pretrain_gpt.py)")
     parser.add_argument("--name", help="metadata.name (default: from the script's file name)")
     parser.add_argument("--namespace", help="metadata.namespace")
     parser.add_argument("--set", dest="preset", action="append", default=[], metavar="VAR=VALUE",
@@ -75,8 +84,14 @@ def run(args: argparse.Namespace) -> int:
         text = Path(args.script).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{args.script}: cannot read script: {e.strerror}") from None
-    job = import_script(text, args.script, image=args.image, name=args.name, namespace=args.namespace,
-                        preset=_preset(args.preset))
+    if args.keep_as_is:
+        if not args.image:
+            raise ConfigError("--keep-as-is runs the script's own code: give the image that has it with --image")
+        job = import_as_is(text, args.script, image=args.image, name=args.name, namespace=args.namespace,
+                           preset=_preset(args.preset), workdir=args.workdir)
+    else:
+        job = import_script(text, args.script, image=args.image or DEFAULT_IMAGE,
+                            name=args.name, namespace=args.namespace, preset=_preset(args.preset))
     for s in job.skipped:
         print(f"not imported: {s}", file=sys.stderr)
     for note in job.notes:
@@ -93,7 +108,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(document)
     kinds = ", ".join(f"{d['kind']} {d['metadata']['name']}" for d in job.documents)
-    if job.manifest:
+    if job.manifest and args.keep_as_is:
+        spec = job.manifest["spec"]
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; the script's own trainer, "
+              f"{len(spec['trainer']['args'])} arguments kept, {spec['nnodes']} x {spec['nprocPerNode']} devices",
+              file=sys.stderr)
+    elif job.manifest:
         spec = job.manifest["spec"]
         print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; {job.mapped_count()} training "
               f"settings, {spec['nnodes']} x {spec['nprocPerNode']} devices, {len(job.skipped)} flags not imported",

@@ -22,7 +22,7 @@ _SET_BY_OPERATOR = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_
                     "HCCL_SOCKET_IFNAME"}
 # torchrun options the pod contract provides per pod (rank, rendezvous address).
 _LAUNCHER_PER_POD = {"node-rank", "master-addr", "rdzv-endpoint", "rdzv-backend", "rdzv-id"}
-_DEFAULT_IMAGE = "ascend-train/engine-ascend:0.1.0"
+DEFAULT_IMAGE = "ascend-train/engine-ascend:0.1.0"
 
 
 @dataclass
@@ -115,7 +115,7 @@ def _paths(train: dict[str, Any], skipped: list[Skipped]) -> list[str]:
     return found
 
 
-def import_script(text: str, source: str, *, image: str = _DEFAULT_IMAGE, name: str | None = None,
+def import_script(text: str, source: str, *, image: str = DEFAULT_IMAGE, name: str | None = None,
                   namespace: str | None = None, preset: dict[str, str] | None = None) -> ImportedJob:
     """The AscendTrainJob equivalent to the launch script ``text`` (read from ``source``)."""
     from ascend_operator.api.group import TRAIN_JOB  # the kind's names have one home, next to the CRD

@@ -1,5 +1,6 @@
 """AscendTrainJob: N indexed pods x M devices running ``torchrun -m ascend_engine train`` (then ``evaluate``
-with an evaluation block, or only ``evaluate`` on an existing checkpoint without train)."""
+with an evaluation block, or only ``evaluate`` on an existing checkpoint without train), or the user's own
+trainer command (``trainer``) in their image."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -13,6 +14,7 @@ from .devices import DeviceSettings, HcclSettings
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, PodSettings
 from .run_policy import RunPolicy
+from .trainer import TrainerCommand
 
 WORLD_SIZE_RULE = {
     # The same check as TrainConfig.check_world_size, for the API server (CEL) so `kubectl apply` fails early.
@@ -52,13 +54,13 @@ PIPELINE_RULES = [
 ]
 # An evaluation-only job (no train) evaluates an existing checkpoint; there is nothing to prepare or convert.
 EVALUATION_ONLY_RULES = [
-    {"rule": "has(self.train) || has(self.evaluation)",
-     "message": "set train, evaluation or both: a job with neither has nothing to run",
+    {"rule": "has(self.train) || has(self.trainer) || has(self.evaluation)",
+     "message": "set train, evaluation or both, or trainer: a job with none has nothing to run",
      "fieldPath": ".train", "reason": "FieldValueRequired"},
-    {"rule": "has(self.train) || !has(self.evaluation) || has(self.evaluation.load)",
+    {"rule": "has(self.train) || has(self.trainer) || !has(self.evaluation) || has(self.evaluation.load)",
      "message": "evaluation.load is required without train: there is no checkpoint.save to evaluate",
      "fieldPath": ".evaluation.load", "reason": "FieldValueRequired"},
-    {"rule": "has(self.train) || (!has(self.datasetPrepRef) && !has(self.checkpointConvertRef))",
+    {"rule": "has(self.train) || has(self.trainer) || (!has(self.datasetPrepRef) && !has(self.checkpointConvertRef))",
      "message": "datasetPrepRef and checkpointConvertRef feed training: they need train (evaluation.load reads "
                 "a HuggingFace or Megatron checkpoint directly)",
      "fieldPath": ".train", "reason": "FieldValueRequired"},
@@ -70,6 +72,18 @@ EVALUATION_TOKENIZER_RULE = {
     "message": "evaluation.tokenizerNameOrPath is required to generate answers (only scoring supplied completions "
                "goes without)",
     "fieldPath": ".evaluation.tokenizerNameOrPath", "reason": "FieldValueRequired"}
+# A job runs the engine (train) or the user's own command (trainer), never both; the engine-only blocks stay with
+# the engine.
+TRAINER_RULES = [
+    {"rule": "!has(self.trainer) || !has(self.train)",
+     "message": "train and trainer exclude each other: train runs the engine, trainer runs your own command",
+     "fieldPath": ".trainer", "reason": "FieldValueForbidden"},
+    {"rule": "!has(self.trainer) || (!has(self.evaluation) && !has(self.datasetPrepRef)"
+             " && !has(self.checkpointConvertRef))",
+     "message": "evaluation, datasetPrepRef and checkpointConvertRef feed the engine's train: with trainer, point "
+                "your command at the data and checkpoint itself",
+     "fieldPath": ".trainer", "reason": "FieldValueForbidden"},
+]
 
 
 class AscendTrainJobSpec(PodSettings):
@@ -77,7 +91,8 @@ class AscendTrainJobSpec(PodSettings):
 
     model_config = PodSettings.model_config | {
         "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
-                                                              *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE]}}
+                                                              *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
+                                                              *TRAINER_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -115,6 +130,11 @@ class AscendTrainJobSpec(PodSettings):
     """The engine's training configuration (Megatron / MindSpeed-LLM names). When checkpoint.save is set and
     checkpoint.load is not, the operator renders load = save, so a restarted or resumed job continues from
     its latest checkpoint by itself. Leave it out (with `evaluation` and its load) to only evaluate."""
+    trainer: TrainerCommand | None = None
+    """Your own trainer instead of the engine (exclusive with train): a command run in every pod of spec.image,
+    e.g. Megatron-LM's or MindSpeed-LLM's torchrun line (`ascend-engine import-script --keep-as-is` writes it from
+    a launch script). The pods get the same torchrun and HCCL environment, devices, gang scheduling and restarts
+    as the engine's; live progress comes from its log lines (trainer.progress)."""
     evaluation: EvaluateConfig | None = None
     """Benchmarks to run after training, on the same pods and layout (`ascend-engine evaluate`, MindSpeed-LLM's
     evaluation flags); load defaults to train.checkpoint.save. Without train the pods only evaluate
@@ -127,7 +147,14 @@ class AscendTrainJobSpec(PodSettings):
 
     @model_validator(mode="after")
     def _world_size(self) -> "AscendTrainJobSpec":
-        if self.train is None:
+        broken = (bool(self.trainer and self.train),
+                  bool(self.trainer and (self.evaluation or self.datasetPrepRef or self.checkpointConvertRef)))
+        for rule, bad in zip(TRAINER_RULES, broken):
+            if bad:
+                raise ValueError(rule["message"])
+        if self.trainer is not None:
+            pass  # the user's command: nothing of the engine's to check
+        elif self.train is None:
             only = EVALUATION_ONLY_RULES
             broken = (self.evaluation is None, self.evaluation is not None and not self.evaluation.load,
                       bool(self.datasetPrepRef or self.checkpointConvertRef))

@@ -46,6 +46,8 @@ def prepare(obj: dict[str, Any], spec: AscendTrainJobSpec, status: dict[str, Any
     spec.masterPort = assigned["masterPort"]
     if spec.train:  # evaluate serves no metrics
         spec.train.observability.metricsPort = assigned["metricsPort"]
+    if spec.trainer:
+        spec.trainer.metricsPort = assigned["metricsPort"]
     if spec.hccl.ifBasePort is None:
         spec.hccl.ifBasePort = assigned["hcclIfBasePort"]
     return spec, {"hostPorts": assigned}

@@ -55,6 +55,9 @@ class JobKind:
     final_progress: Callable[[dict[str, Any]], dict[str, Any]] = lambda result: {}
     # status.progress -> the same with its printer-column strings (TrainProgress.with_columns).
     progress_columns: Callable[[dict[str, Any]], dict[str, Any]] = lambda progress: progress
+    # Indices of the pods whose metrics endpoint and final report make the progress (later ones win): rank 0 for
+    # the engine; a Megatron-style trainer prints its iteration lines on the last rank.
+    reporting_pods: Callable[[Any], list[int]] = lambda spec: [0]
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -62,23 +65,28 @@ _KNOWN: dict[tuple[str, str, str], tuple[JobKind, bool]] = {}  # key -> (kind, w
 _KINDS: list[JobKind] = []
 
 
-def _rank0(pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    return next((p for p in pods if p["metadata"]["name"] == f"{name}-0"), None)
+def _reporters(job: JobKind, spec: Any, pods: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    return [by_name[f"{name}-{i}"] for i in dict.fromkeys(job.reporting_pods(spec)) if f"{name}-{i}" in by_name]
 
 
 def _live_progress(job: JobKind, spec: Any,
-                   rank0: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list | None]:
-    """Rank 0's figures for status.progress, and its series of logged points for the history."""
+                   reporters: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list | None]:
+    """The reporting pods' figures for status.progress (later pods win), and the series of logged points for the
+    history (from the first pod that serves one: rank 0 of an engine job)."""
     port = job.metrics_port(spec)
-    ip = (rank0 or {}).get("status", {}).get("podIP")
-    if not port or not ip or rank0["status"].get("phase") != "Running":
-        return None, None
-    figures = scrape(f"http://{ip}:{port}/metrics")
-    if not figures:
-        return None, None
-    progress = {job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields}
-    series = scrape_series(f"http://{ip}:{port}")
-    return {**progress, "lastUpdateTime": now()}, series
+    progress: dict[str, Any] = {}
+    series = None
+    for pod in reporters:
+        ip = pod.get("status", {}).get("podIP")
+        if not port or not ip or pod["status"].get("phase") != "Running":
+            continue
+        figures = scrape(f"http://{ip}:{port}/metrics")
+        if not figures:
+            continue
+        progress.update({job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields})
+        series = series or scrape_series(f"http://{ip}:{port}")
+    return ({**progress, "lastUpdateTime": now()}, series) if progress else (None, None)
 
 
 def _policy(obj: dict[str, Any]) -> RunPolicy:
@@ -233,14 +241,14 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         metrics.RESTARTS.labels(job.kind.kind).inc()
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
-    rank0 = _rank0(live(pods), name)
-    progress, series = _live_progress(job, spec, rank0)
+    reporters = _reporters(job, spec, live(pods), name)
+    progress, series = _live_progress(job, spec, reporters)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
         if series:
             history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
     if new["phase"] == "Succeeded":
-        result = termination_result(rank0)
+        result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":
             evaluation = result.pop("evaluation", None)
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}

@@ -12,9 +12,11 @@ register(JobKind(
     spec_model=AscendTrainJobSpec,
     replicas=lambda spec: spec.nnodes,
     render=render.objects,
-    metrics_port=lambda spec: spec.train.observability.metricsPort if spec.train else None,
+    metrics_port=lambda spec: spec.train.observability.metricsPort if spec.train else
+    spec.trainer.metricsPort if spec.trainer else None,
     progress_fields={field: field for field in METRIC_NAMES.values()},
     result_field="progress",
     prepare=host_network.prepare,
     progress_columns=TrainProgress.with_columns,
+    reporting_pods=lambda spec: [0, spec.nnodes - 1] if spec.trainer else [0],
 ))

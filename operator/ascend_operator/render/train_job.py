@@ -9,7 +9,8 @@ import yaml
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
-from .common import CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, env_list, job_labels, pod_spec
+from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, env_list, job_labels,
+                     metrics_port_env, pod_spec)
 
 KIND = TRAIN_JOB.kind
 
@@ -40,7 +41,7 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
     if checkpoint.get("save") and not checkpoint.get("load"):
         checkpoint["load"] = checkpoint["save"]
     out = config_map(KIND, name, config)
-    if not spec.train:
+    if not spec.train:  # evaluation-only, or the user's own trainer: no engine config
         out["data"].clear()
     if spec.evaluation:
         out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = yaml.safe_dump(evaluation_config(spec), sort_keys=False)
@@ -92,11 +93,27 @@ TORCHRUN = [
 ]
 
 
+def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
+    """The user's command; with progress from its log lines it runs under ``ascend-engine watch``, and workers
+    first wait for the master as the engine's do."""
+    trainer = spec.trainer
+    run = [*trainer.command, *trainer.args]
+    if trainer.progress == "none":
+        return run
+    run = ["ascend-engine", "watch", "--", *run]
+    if index == 0:
+        return run
+    return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
+            f"--timeout={spec.masterWaitSeconds}", "--", *run]
+
+
 def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
     then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled. With an
     evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded; without train
     ``evaluate`` is the only one."""
+    if spec.trainer:
+        return trainer_command(spec, index)
     run = list(TORCHRUN)
     if not spec.train:
         run = [*TORCHRUN[:TORCHRUN.index("-m")], "-m", "ascend_engine", "evaluate", "--config", EVALUATION_FILE]
@@ -120,7 +137,11 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     device = spec.devices.extended_resource()
     limits = {device: str(spec.nprocPerNode)} if device else {}
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
+    if spec.trainer:
+        env.append(metrics_port_env(spec.trainer.metricsPort))
     main = container(spec, command(spec, index), env, limits)
+    if spec.trainer and spec.trainer.workingDir:
+        main["workingDir"] = spec.trainer.workingDir
     body = pod_spec(spec, name, main)
     body.update({"hostname": f"{name}-{index}", "subdomain": name})
     if spec.hostNetwork:
