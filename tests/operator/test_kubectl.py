@@ -132,7 +132,7 @@ def test_get_events_shows_reason_object_and_message(cluster):
                      "reason": "PodFailed", "message": "config.json missing in /models/x", "type": "Warning",
                      "count": 1, "source": {"component": "ascend-operator"}})
     resources.close()
-    table = rows(kubectl(cluster, "get", "events").stdout)
+    table = rows(kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=columns").stdout)
     assert table[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert table[1][1:] == ["Warning", "PodFailed", "ascendtrainjob/columns", "config.json", "missing", "in",
                             "/models/x"]

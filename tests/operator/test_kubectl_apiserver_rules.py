@@ -111,7 +111,7 @@ def test_get_watch_prints_the_header_before_the_first_row(cluster):
     job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
     job["metadata"]["name"] = "watched"
     assert _apply(cluster, job).returncode == 0
-    job["spec"]["train"]["training"]["trainIters"] = 7
+    job["spec"].setdefault("runPolicy", {})["backoffLimit"] = 7  # runPolicy is the part a job may change
     later = threading.Timer(1.5, lambda: _apply(cluster, job))  # a change while watching: one more row
     later.start()
     try:
@@ -135,7 +135,7 @@ def test_get_events_shows_last_seen_first_seen_and_count(cluster):
     table = rows(kubectl(cluster, "get", "events", "-o", "wide", "--field-selector", "involvedObject.name=seen").stdout)
     assert table[0][:2] == ["LAST", "SEEN"]
     row = table[1]
-    assert row[0] in ("30s", "31s", "32s") and "<unknown>" not in row, row
+    assert row[0].endswith("s") and 30 <= int(row[0][:-1]) < 90 and "<unknown>" not in row, row  # slow machines
     assert "5m" in row and "3" in row, row  # FIRST SEEN and COUNT
 
 
@@ -143,9 +143,13 @@ def test_merge_patch_null_removes_then_defaults_and_new_crd_defaults_show_on_rea
     job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
     job["metadata"]["name"] = "defaulted"
     assert _apply(cluster, job).returncode == 0
-    kubectl(cluster, "patch", "atj", "defaulted", "--type", "merge", "-p", '{"spec": {"shmSize": null}}')
+    kubectl(cluster, "patch", "atj", "defaulted", "--type", "merge", "-p", '{"spec": {"runPolicy": {"backoffLimit": 9}}}')
+    assert json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)["spec"]["runPolicy"][
+        "backoffLimit"] == 9
+    kubectl(cluster, "patch", "atj", "defaulted", "--type", "merge", "-p",
+            '{"spec": {"runPolicy": {"backoffLimit": null}}}')
     stored = json.loads(kubectl(cluster, "get", "atj", "defaulted", "-o", "json").stdout)
-    assert stored["spec"]["shmSize"] == "16Gi"  # null means "remove"; the server then applies the default
+    assert stored["spec"]["runPolicy"]["backoffLimit"] == 3  # null means "remove"; the server then applies the default
     crd = json.loads(kubectl(cluster, "get", "crd", "ascendtrainjobs.ascendtrain.dev", "-o", "json").stdout)
     spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     spec_schema["properties"]["note"] = {"type": "string", "default": "added later"}

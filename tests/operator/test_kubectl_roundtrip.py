@@ -149,6 +149,7 @@ def test_server_side_apply_owns_fields_removes_dropped_ones_and_reports_conflict
     path = cluster.root / "ssa.yaml"
     job = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     job["metadata"] = {"name": "ssa", "namespace": "default", "labels": {"team": "a"}}
+    job["spec"]["runPolicy"] = {"backoffLimit": 2}  # runPolicy: the part of a started job's spec that may change
     path.write_text(yaml.safe_dump(job))
     assert "serverside-applied" in kubectl(cluster, "apply", "--server-side", "-f", str(path)).stdout
     stored = json.loads(kubectl(cluster, "get", "atj", "ssa", "-o", "json", "--show-managed-fields").stdout)
@@ -158,9 +159,11 @@ def test_server_side_apply_owns_fields_removes_dropped_ones_and_reports_conflict
     path.write_text(yaml.safe_dump(job))
     kubectl(cluster, "apply", "--server-side", "-f", str(path))
     assert "labels" not in json.loads(kubectl(cluster, "get", "atj", "ssa", "-o", "json").stdout)["metadata"]
-    job["spec"]["shmSize"] = "1Gi"  # another manager wants another value of a field kubectl owns
+    job["spec"]["runPolicy"]["backoffLimit"] = 5  # another manager wants another value of a field kubectl owns
     path.write_text(yaml.safe_dump(job))
     clash = kubectl(cluster, "apply", "--server-side", "--field-manager=other", "-f", str(path), check=False)
-    assert clash.returncode != 0 and 'conflict with "kubectl"' in clash.stderr and ".spec.shmSize" in clash.stderr
+    assert clash.returncode != 0 and 'conflict with "kubectl"' in clash.stderr, clash.stderr
+    assert ".spec.runPolicy.backoffLimit" in clash.stderr, clash.stderr
     kubectl(cluster, "apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", str(path))
-    assert json.loads(kubectl(cluster, "get", "atj", "ssa", "-o", "json").stdout)["spec"]["shmSize"] == "1Gi"
+    assert json.loads(kubectl(cluster, "get", "atj", "ssa", "-o", "json").stdout)["spec"]["runPolicy"][
+        "backoffLimit"] == 5
