@@ -7,6 +7,7 @@ failure is counted in ``ascend_operator_api_errors``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from functools import cached_property
@@ -25,6 +26,7 @@ _PLURALS = {k.kind: k.plural for k in KINDS}
 _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
 
 T = TypeVar("T")
+LIST_CHUNK = 500  # items per list page (limit/continue), as kube's own informers page their lists
 
 
 def _retrying(call: Callable[[], T], retry_conflict: bool = True) -> T:
@@ -65,8 +67,9 @@ class Kube:
     @uses("", "configmaps", "create")
     @uses("scheduling.volcano.sh", "podgroups", "create")
     @uses("scheduling.x-k8s.io", "podgroups", "create")
-    def create(self, namespace: str, body: dict[str, Any]) -> bool:
-        """Create if absent; returns False when it already existed (reconciling twice creates nothing twice)."""
+    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create if absent: the created object, or None when it already existed (reconciling twice creates
+        nothing twice). The answer is parsed as plain JSON: the client's model classes cost milliseconds a pod."""
         creators = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
@@ -75,15 +78,15 @@ class Kube:
         if body["kind"] == "PodGroup":
             group, version = body["apiVersion"].split("/")
             plural = _POD_GROUPS[body["apiVersion"]]
-            create = lambda: self.custom.create_namespaced_custom_object(group, version, namespace, plural, body)  # noqa: E731
+            create = lambda: self.custom.create_namespaced_custom_object(  # noqa: E731
+                group, version, namespace, plural, body, _preload_content=False)
         else:
-            create = lambda: creators[body["kind"]](namespace, body)  # noqa: E731
+            create = lambda: creators[body["kind"]](namespace, body, _preload_content=False)  # noqa: E731
         try:
-            _retrying(create, retry_conflict=False)
-            return True
+            return json.loads(_retrying(create, retry_conflict=False).data)
         except ApiException as e:
             if e.status == 409:
-                return False
+                return None
             raise
 
     @uses("", "configmaps", "patch")
@@ -110,19 +113,32 @@ class Kube:
 
     @uses("", "pods", "list")
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """Pods matching the labels, LIST_CHUNK at a time (``limit``/``continue``)."""
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
-        return self.plain(_retrying(lambda: self.core.list_namespaced_pod(namespace,
-                                                                          label_selector=selector)))["items"]
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            page = json.loads(_retrying(lambda: self.core.list_namespaced_pod(
+                namespace, label_selector=selector, limit=LIST_CHUNK, _preload_content=False, **extra)).data)
+            items.extend(page["items"])
+            token = page["metadata"].get("continue")
+            if not token:
+                return items
 
     @uses("", "pods", "delete")
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete this very pod (the uid guards against deleting a newer pod of the same name); gone is fine."""
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete this very pod (the uid guards against deleting a newer pod of the same name). False: it was
+        already gone (404) or is a newer pod of that name (409)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            _retrying(lambda: self.core.delete_namespaced_pod(name, namespace, body=body), retry_conflict=False)
+            _retrying(lambda: self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False),
+                      retry_conflict=False)
+            return True
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
+            return False
 
     @uses_on_kinds("", "get")
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

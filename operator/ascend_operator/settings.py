@@ -31,3 +31,9 @@ LEASE_RETRY_PERIOD_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_RETRY_PERIOD"
 # operator gives each hostNetwork job its own block of ports (no clashes); hostPath is denied by default.
 ALLOW_HOST_NETWORK = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_NETWORK", "true").lower() == "true"
 ALLOW_HOST_PATH = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_PATH", "false").lower() == "true"
+
+# Scale (docs/design: "Work per event"): threads reconciling jobs from the shared work queue, threads issuing API
+# calls for all jobs, and how many of those calls one job may have in flight (a gang's creates and deletes).
+RECONCILE_WORKERS = int(os.environ.get("ASCEND_OPERATOR_RECONCILE_WORKERS", "4"))
+API_THREADS = int(os.environ.get("ASCEND_OPERATOR_API_THREADS", "16"))
+PER_JOB_CONCURRENCY = int(os.environ.get("ASCEND_OPERATOR_PER_JOB_CONCURRENCY", "8"))
