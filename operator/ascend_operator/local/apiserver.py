@@ -255,8 +255,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             if method == "GET":
                 listed = self._list(rt, ns, query)
                 if tables.wants_table(raw.headers.get("Accept", "")):
-                    return aiohttp.web.json_response(tables.table(
-                        rt, listed["items"], listed["metadata"]["resourceVersion"], query.get("includeObject", "")))
+                    table = tables.table(rt, listed["items"], listed["metadata"]["resourceVersion"],
+                                         query.get("includeObject", ""))
+                    table["metadata"] = listed["metadata"]  # with continue: kubectl's --chunk-size pages
+                    return aiohttp.web.json_response(table)
                 return aiohttp.web.json_response(listed)
             if method == "POST":
                 return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
