@@ -1,15 +1,16 @@
 """The pods of every job as the watch last reported them (an informer's store), so a reconcile reads memory, not
 the API: listing a 4096-node job's pods per event was 13 MB and a second of CPU each time.
 
-Fed three ways, all under one lock:
+Fed four ways, all under one lock:
 
-- ``apply``: kopf's pod events (the listing at start-up, then ADDED / MODIFIED / DELETED);
+- ``replace``: the informer's listing (``pod_informer``), at start-up and whenever its watch expired;
+- ``apply``: the informer's watch events (ADDED / MODIFIED / DELETED);
 - ``wrote`` / ``deleting`` / ``gone``: what the operator's own create and delete calls returned (write-through),
   so the reconcile right after creating a gang sees it before the watch delivers it: without this, a reconcile
   between the creates and their ADDED events would read a missing pod as a deleted one;
-- ``seed``: one paginated list of a job's pods the first time the operator reconciles that job, for the pods
-  that existed before this operator started watching. Events that raced the list win when they are newer
-  (by resourceVersion, a number on etcd and on the emulated API server).
+- ``seed``: one paginated list of a job's pods if it is read before the informer's listing covered its
+  namespace. Events that raced the list win when they are newer (by resourceVersion, a number on etcd and on
+  the emulated API server).
 
 A DELETED event removes a pod only if the uid matches, so a late event of a deleted pod never removes the
 recreated pod of the same name.
@@ -51,6 +52,7 @@ class PodCache:
         self._jobs: dict[JobKey, JobPods] = {}
         self._seeded: set[JobKey] = set()
         self._deleted_uids: dict[JobKey, set[str]] = {}  # seen DELETED while the job's seed list was in flight
+        self._listed: set[str | None] = set()  # namespaces the informer listed (None: all of them)
 
     # -- from the watch ------------------------------------------------------------------------
 
@@ -82,8 +84,32 @@ class PodCache:
             return True
 
     def _drop_if_unseeded(self, key: JobKey) -> None:
-        if key not in self._seeded:
+        if not self._is_seeded(key):
             self._jobs.pop(key, None)
+
+    def _is_seeded(self, key: JobKey) -> bool:
+        return key in self._seeded or None in self._listed or key[1] in self._listed
+
+    def replace(self, namespace: str | None, listed: list[dict[str, Any]]) -> set[JobKey]:
+        """Every pod of ``namespace`` (None: all) as one list says; the jobs whose pods changed."""
+        fresh: dict[JobKey, JobPods] = {}
+        for pod in listed:
+            key = job_key(pod)
+            if key is not None:
+                fresh.setdefault(key, JobPods()).put(slim(pod))
+        with self._lock:
+            changed = set()
+            for key in [k for k in self._jobs if namespace is None or k[1] == namespace] + list(fresh):
+                old, new = self._jobs.get(key), fresh.get(key, JobPods())
+                if old is None or len(old) != len(new) or any(
+                        (o := old.get(p["metadata"]["name"])) is None or not _same(o, p) for p in new):
+                    changed.add(key)
+                if len(new):
+                    self._jobs[key] = new
+                else:
+                    self._jobs.pop(key, None)
+            self._listed.add(namespace)
+            return changed
 
     # -- from the operator's own writes --------------------------------------------------------
 
@@ -121,7 +147,7 @@ class PodCache:
         """A snapshot of the job's pods (O(N) references copied, no pod copied); ``list_pods`` (the API) is called
         once per job, the first time it is asked for."""
         with self._lock:
-            if key in self._seeded:
+            if self._is_seeded(key):
                 return self._jobs.setdefault(key, JobPods()).copy()
             self._deleted_uids.setdefault(key, set())
         try:
@@ -131,7 +157,7 @@ class PodCache:
                 self._deleted_uids.pop(key, None)
             raise
         with self._lock:
-            if key not in self._seeded:
+            if not self._is_seeded(key):
                 self._seed(key, listed)
             return self._jobs.setdefault(key, JobPods()).copy()
 

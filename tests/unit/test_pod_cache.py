@@ -118,3 +118,16 @@ def test_derive_reads_the_same_from_the_cache_as_from_a_list():
     previous = {"phase": "Pending", "conditions": [{"type": "Created", "status": "True", "reason": "Created",
                                                     "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
     assert derive(JobPods(pods), 8, previous) == derive(pods, 8, previous)
+
+
+def test_a_new_listing_replaces_the_namespace_and_names_the_jobs_that_changed():
+    cache = PodCache()
+    cache.replace("default", [pod(0), pod(1), pod(0, job="other")])
+    assert cache.pods(KEY, never_listed).live_count == 2  # listed: no listing of its own
+    # The watch expired; meanwhile big-1 went away and big-0 started running; "other" is unchanged.
+    changed = cache.replace("default", [pod(0, rv=3, phase_="Running"), pod(0, job="other")])
+    assert changed == {KEY}
+    pods = cache.pods(KEY, never_listed)
+    assert pods.live_count == 1 and pods.count("Running") == 1
+    assert cache.replace("default", []) == {KEY, ("AscendTrainJob", "default", "other")}
+    assert cache.size() == 0

@@ -1,11 +1,12 @@
 """One lifecycle for every kind: wait for dependencies, create the objects, follow the pods, restart the gang
 by policy, suspend and resume, finish and clean up, read progress, keep the result.
 
-A kind is declared once as a ``JobKind``; ``register`` wires the same kopf handlers for it: an event handler on
-the custom resource (create, spec change, operator start-up: kopf lists every object when it starts) and one on
-its pods (prompt status). The handlers do no work themselves: the pod handler updates the pod cache
-(``pod_cache``), and both queue the job's key on a work queue (``workqueue``) that a shared pool of workers
-serves, one reconcile per job at a time and one per burst of events, as controller-runtime does. A single sweep
+A kind is declared once as a ``JobKind``; ``register`` wires the kopf handler for it: an event handler on the
+custom resource (create, spec change, operator start-up: kopf lists every object when it starts). Pods are
+followed by the operator's own informer (``pod_informer``: one watch for every kind's pods, cheaper per event
+than kopf's), which keeps the pod cache (``pod_cache``). Neither does the work itself: both queue the job's key
+on a work queue (``workqueue``) that a shared pool of workers serves, one reconcile per job at a time and one
+per burst of events, as controller-runtime does. A single sweep
 (``sweeper``) queues live jobs every PROGRESS_INTERVAL for progress, deadlines, TTLs and dependencies, so no
 per-object kopf timer and hence no finalizer is needed: deleting a job never waits for the operator.
 
@@ -32,6 +33,7 @@ from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, 
 from ..api.run_policy import RunPolicy
 from ..job_pods import JobPods
 from ..pod_cache import JobKey, PodCache
+from ..pod_informer import PodInformer
 from ..progress import scrape
 from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
 from ..status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
@@ -65,6 +67,8 @@ _KINDS: dict[str, JobKind] = {}
 PODS = PodCache()  # every job's pods, fed by the pod handler
 QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
 _workers: list[Workers] = []
+_informers: list[PodInformer] = []
+WATCHED_NAMESPACES: list[str] = []  # set by ``main`` from --namespace; empty: the whole cluster
 
 
 def _rank0(pods: JobPods, name: str) -> dict[str, Any] | None:
@@ -310,19 +314,27 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
 
 def _process(key: JobKey) -> None:
     kind, namespace, name = key
+    if kind not in _KINDS:
+        return
+    if _informers and not _informers[0].synced.wait(60):
+        logger.warning("pods not listed yet: reconciling %s %s/%s from a listing of its own", kind, namespace, name)
     reconcile(_KINDS[kind], namespace, name)
 
 
 def start_workers(count: int = RECONCILE_WORKERS) -> None:
-    """The shared pool that serves QUEUE (started with the operator, in kopf's start-up handler)."""
+    """The pod informer and the shared pool that serves QUEUE (started with the operator, in kopf's start-up
+    handler; the workers wait until the informer has listed the pods)."""
     global QUEUE
     if not _workers:
         if not QUEUE.accepting:
             QUEUE = WorkQueue()
+        _informers.append(PodInformer(kube(), PODS, lambda key: QUEUE.add(key), WATCHED_NAMESPACES).start())
         _workers.append(Workers(QUEUE, _process, count).start())
 
 
 def stop_workers() -> None:
+    while _informers:
+        _informers.pop().stop()
     while _workers:
         _workers.pop().stop()
 
@@ -358,9 +370,3 @@ def register(job: JobKind) -> None:
         if type in (None, "ADDED") or body["metadata"].get("generation") != status.get("observedGeneration"):
             QUEUE.add((kind.kind, namespace, name))
 
-    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_KIND: kind.kind}, id=f"pods-of-{kind.singular}")
-    def pod_changed(type, body, labels, namespace, **_) -> None:
-        """Into the cache; the job is queued when what the operator reads of the pod changed. ADDED is the
-        operator's own create (already in the cache) or kopf's listing at start-up (the job events cover it)."""
-        if PODS.apply(type, body) and type not in (None, "ADDED"):
-            QUEUE.add((kind.kind, namespace, labels[LABEL_JOB_NAME]))
