@@ -73,7 +73,7 @@ class PodCache:
                     return False
                 pods.remove(name)
                 if not len(pods):
-                    self._drop_if_unseeded(key)
+                    self._jobs.pop(key, None)  # read again as empty: nothing to keep for a job without pods
                 return True
             if old is not None and old["metadata"]["uid"] == uid and _rv(old) > _rv(new):
                 return False  # older than what a write-through or the seed already put there
@@ -82,10 +82,6 @@ class PodCache:
                 return False
             self._jobs.setdefault(key, JobPods()).put(new)
             return True
-
-    def _drop_if_unseeded(self, key: JobKey) -> None:
-        if not self._is_seeded(key):
-            self._jobs.pop(key, None)
 
     def _is_seeded(self, key: JobKey) -> bool:
         return key in self._seeded or None in self._listed or key[1] in self._listed
