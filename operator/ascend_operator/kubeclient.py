@@ -59,20 +59,25 @@ class Kube:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
-    def _json(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One request on the client's connection pool and credentials, JSON in and out, without the generated
-        API methods' argument validation and model classes: half the CPU a pod create costs through them, and a
-        gang is thousands of creates. Errors raise ApiException as the generated methods do."""
+    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+        """One request on the client's connection pool and credentials; the answer unread (a watch streams).
+
+        Bypasses the generated API methods: their argument validation is built on each method's first call
+        (seconds, on a loaded node) and, with their model classes, doubles the CPU of a pod create; a gang is
+        thousands of them. Errors raise ApiException as the generated methods do."""
         headers = {"Content-Type": "application/json", "Accept": "application/json",
                    "User-Agent": self.api.user_agent}
         queries: list[tuple[str, Any]] = [(k, v) for k, v in (query or {}).items() if v is not None]
         self.api.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
         url = self.api.configuration.host + path + (f"?{urlencode(queries)}" if queries else "")
         response = self.api.call_api(method, url, header_params=headers, body=body)
-        data = response.read()
         if not 200 <= response.status < 300:
+            response.read()
             raise ApiException(http_resp=response)
-        return json.loads(data)
+        return response
+
+    def _json(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> dict[str, Any]:
+        return json.loads(self.request(method, path, body, query).read())
 
     def plain(self, obj: Any) -> dict[str, Any]:
         """A client model as the API's own JSON (camelCase), so the operator's code reads like the API docs."""

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from urllib.parse import quote
 
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -64,17 +65,15 @@ class PodInformer:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30)
 
-    def _call(self, namespace: str | None, **kwargs):
-        core = self._kube.core
-        if namespace is None:
-            return core.list_pod_for_all_namespaces(label_selector=LABEL_JOB_KIND, _preload_content=False, **kwargs)
-        return core.list_namespaced_pod(namespace, label_selector=LABEL_JOB_KIND, _preload_content=False, **kwargs)
+    def _call(self, namespace: str | None, **query):
+        path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{quote(namespace)}/pods"
+        return self._kube.request("GET", path, query={"labelSelector": LABEL_JOB_KIND, **query})
 
     @uses("", "pods", "list")
     def _list(self, namespace: str | None) -> str:
         items, token = [], None
         while True:
-            page = json.loads(self._call(namespace, limit=LIST_CHUNK, **({"_continue": token} if token else {})).data)
+            page = json.loads(self._call(namespace, limit=LIST_CHUNK, **{"continue": token}).read())
             items.extend(page["items"])
             token = page["metadata"].get("continue")
             if not token:
@@ -82,7 +81,8 @@ class PodInformer:
         for key in self._cache.replace(namespace, items):
             self._changed(key)
         self._listed.add(namespace)
-        if len(self._listed) == len(self._namespaces):
+        if len(self._listed) == len(self._namespaces) and not self.synced.is_set():
+            logger.info("pods listed (%d in %s): reconciling", len(items), namespace or "all namespaces")
             self.synced.set()
         return page["metadata"]["resourceVersion"]
 
@@ -90,8 +90,8 @@ class PodInformer:
     def _watch(self, namespace: str | None, rv: str) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            response = self._call(namespace, watch=True, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_S,
-                                  allow_watch_bookmarks=True)
+            response = self._call(namespace, watch="true", resourceVersion=rv, timeoutSeconds=WATCH_TIMEOUT_S,
+                                  allowWatchBookmarks="true").response
             try:
                 for line in iter_resp_lines(response):
                     event = json.loads(line)
