@@ -26,6 +26,7 @@ import argparse
 import http.client
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,8 @@ class PodTally:
         return float("inf")
 
     def close(self) -> None:
+        if self._conn.sock is not None:  # wake the reader thread blocked on the stream
+            self._conn.sock.shutdown(socket.SHUT_RDWR)
         self._conn.close()
 
 
@@ -183,7 +186,6 @@ class Operator:
         self.process.wait(30)
         self._log.close()
         self.tally.close()
-        self.api.close()
         self.server.stop()
 
 
