@@ -44,3 +44,9 @@ ALLOW_PRIVILEGE_ESCALATION = os.environ.get("ASCEND_OPERATOR_ALLOW_PRIVILEGE_ESC
 ALLOW_UNMASKED_PROC_MOUNT = os.environ.get("ASCEND_OPERATOR_ALLOW_UNMASKED_PROC_MOUNT", "false").lower() == "true"
 ALLOWED_CAPABILITIES = frozenset(c.strip().upper().removeprefix("CAP_") for c in
                                  os.environ.get("ASCEND_OPERATOR_ALLOWED_CAPABILITIES", "").split(",") if c.strip())
+
+# Scale (docs/design: "Work per event"): threads reconciling jobs from the shared work queue, threads issuing API
+# calls for all jobs, and how many of those calls one job may have in flight (a gang's creates and deletes).
+RECONCILE_WORKERS = int(os.environ.get("ASCEND_OPERATOR_RECONCILE_WORKERS", "4"))
+API_THREADS = int(os.environ.get("ASCEND_OPERATOR_API_THREADS", "16"))
+PER_JOB_CONCURRENCY = int(os.environ.get("ASCEND_OPERATOR_PER_JOB_CONCURRENCY", "8"))

@@ -5,10 +5,10 @@ import datetime as dt
 import json
 from typing import Any
 
-from .api.group import LABEL_REPLICA_INDEX
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from .disruption import disruption
 from .failure_cause import failure_cause
+from .job_pods import JobPods, terminating
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -37,10 +37,6 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, rea
             return out
     out.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": at})
     return out
-
-
-def _index(pod: dict[str, Any]) -> int:
-    return int(pod["metadata"].get("labels", {}).get(LABEL_REPLICA_INDEX, 0))
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any]:
@@ -74,21 +70,9 @@ def termination_result(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
-def replica_counts(pods: list[dict[str, Any]]) -> dict[str, int]:
-    phases = [p.get("status", {}).get("phase", "Pending") for p in pods]
-    ready = sum(1 for p in pods for c in p.get("status", {}).get("conditions") or []
-                if c.get("type") == "Ready" and c.get("status") == "True")
-    return {"active": phases.count("Pending") + phases.count("Running"), "ready": ready,
-            "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
-
-
 def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pods that are not being deleted: a terminating pod belongs to the past (a restart, a suspension)."""
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
-def _phase(pod: dict[str, Any]) -> str:
-    return pod.get("status", {}).get("phase", "Pending")
 
 
 def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
@@ -143,22 +127,23 @@ def _restart(status: dict[str, Any], reason: str, message: str, policy: RunPolic
         ({"disruptions": disruptions} if disruptions else {})
 
 
-def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
+def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
            at: dt.datetime | None = None) -> dict[str, Any]:
     """The next status for a job whose objects exist and which expects ``expected`` pods.
 
     The handler acts on what changed: ``restarts`` grown -> delete every pod (gang restart), then create them
-    again once gone; a terminal phase -> delete pods as ``runPolicy.cleanPodPolicy`` says.
+    again once gone; a terminal phase -> delete pods as ``runPolicy.cleanPodPolicy`` says. Reads only the counts
+    of ``JobPods`` and the failed or first pending pod, so it costs O(1) in the size of a healthy job.
     """
+    if not isinstance(pods, JobPods):
+        pods = JobPods(pods)
     policy = policy or RunPolicy()
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
                                                          "disruptions", "progress", "phase", "hostPorts",
                                                          "evaluation")}
     status.setdefault("conditions", [])
-    leaving = [(p, why) for p in pods if p["metadata"].get("deletionTimestamp") and (why := disruption(p))]
-    pods = live(pods)
-    status["replicas"] = counts = replica_counts(pods)
+    status["replicas"] = counts = pods.replica_counts()
     phase = previous.get("phase")
     if phase in TERMINAL:
         return status
@@ -167,31 +152,33 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
                                                                     at or dt.datetime.now(dt.timezone.utc)):
         return _finish(status, "Failed", "DeadlineExceeded",
                        f"runPolicy.activeDeadlineSeconds ({policy.activeDeadlineSeconds}) passed", stamp)
-    by_phase = {ph: sorted((p for p in pods if _phase(p) == ph), key=_index)
-                for ph in ("Pending", "Running", "Succeeded", "Failed")}
-    if by_phase["Failed"]:
-        disrupted = [(p, why) for p in by_phase["Failed"] if (why := disruption(p))]
-        if len(disrupted) == len(by_phase["Failed"]):
+    if pods.count("Failed"):
+        failed = pods.in_phase("Failed")
+        disrupted = [(p, why) for p in failed if (why := disruption(p))]
+        if len(disrupted) == len(failed):
             pod, why = disrupted[0]
             return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
-        failures = [_failure(p, policy) for p in by_phase["Failed"] if not disruption(p)]
+        failures = [_failure(p, policy) for p in failed if not disruption(p)]
         permanent = next((f for f in failures if not f[0]), None)
         if permanent:
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
         return _restart(status, failures[0][1], failures[0][2], policy, stamp)
-    if len(pods) < expected and phase in ("Running", "Pending") and created.get("status") == "True":
+    if pods.live_count < expected and phase in ("Running", "Pending") and created.get("status") == "True":
         # Someone deleted a pod (a drain, a preemption): only the policy brings it back, with the whole gang.
-        present = {_index(p) for p in pods}
-        gone = ", ".join(f"{p}" for p in sorted(set(range(expected)) - present))
-        if leaving:  # preempted or evicted: the pod is on its way out with the cluster's reason on it
-            pod, why = leaving[0]
+        missing = sorted(set(range(expected)) - pods.live_indexes())
+        gone = ", ".join(str(i) for i in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        # Preempted or evicted: the pod is on its way out with the cluster's reason on it.
+        leaving = next(((p, why) for p in pods if terminating(p) and (why := disruption(p))), None)
+        if leaving:
+            pod, why = leaving
             return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
         return _restart(status, "PodDeleted", f"pod index {gone} was deleted", policy, stamp)
     conditions = status["conditions"]
-    if len(by_phase["Succeeded"]) == expected:
+    running, succeeded = pods.count("Running"), pods.count("Succeeded")
+    if succeeded == expected:
         message = f"all {expected} pods completed"
         return _finish(status, "Succeeded", "JobSucceeded", message, stamp)
-    if len(by_phase["Running"]) + len(by_phase["Succeeded"]) == expected:
+    if running + succeeded == expected:
         status.setdefault("startTime", stamp)
         message = f"{counts['ready']}/{expected} pods ready"
         if phase == "Restarting":
@@ -199,12 +186,11 @@ def derive(pods: list[dict[str, Any]], expected: int, previous: dict[str, Any], 
                                        f"restart {status.get('restarts', 0)} running", stamp)
         conditions = set_condition(conditions, "Running", "True", "PodsRunning", message, stamp)
         return {**status, "phase": "Running", "conditions": conditions}
-    waiting = by_phase["Pending"]
+    waiting = pods.first_in_phase("Pending")
     if waiting:
-        message = f"{len(by_phase['Running'])}/{expected} pods running; " \
-                  f"{waiting[0]['metadata']['name']}: {_waiting_reason(waiting[0])}"
+        message = f"{running}/{expected} pods running; {waiting['metadata']['name']}: {_waiting_reason(waiting)}"
     else:
-        message = f"{expected - len(pods)} of {expected} pods not created yet"
+        message = f"{expected - pods.live_count} of {expected} pods not created yet"
     if phase == "Restarting":
         return {**status, "phase": "Restarting"}  # the Restarting condition says why; Running stays False
     conditions = set_condition(conditions, "Running", "False", "PodsPending", message, stamp)

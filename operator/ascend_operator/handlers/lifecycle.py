@@ -1,11 +1,14 @@
 """One lifecycle for every kind: wait for dependencies, create the objects, follow the pods, restart the gang
 by policy, suspend and resume, finish and clean up, read progress, keep the result.
 
-A kind is declared once as a ``JobKind``; ``register`` wires the same kopf handlers for it: an event handler on
-the custom resource (create, spec change, operator start-up: kopf lists every object when it starts) and one on
-its pods (prompt status). A single sweep (``sweeper``) re-reconciles live jobs every PROGRESS_INTERVAL for
-progress, deadlines, TTLs and dependencies, so no per-object kopf timer and hence no finalizer is needed:
-deleting a job never waits for the operator.
+A kind is declared once as a ``JobKind``; ``register`` wires the kopf handler for it: an event handler on the
+custom resource (create, spec change, operator start-up: kopf lists every object when it starts). Pods are
+followed by the operator's own informer (``pod_informer``: one watch for every kind's pods, cheaper per event
+than kopf's), which keeps the pod cache (``pod_cache``). Neither does the work itself: both queue the job's key
+on a work queue (``workqueue``) that a shared pool of workers serves, one reconcile per job at a time and one
+per burst of events, as controller-runtime does. A single sweep
+(``sweeper``) queues live jobs every PROGRESS_INTERVAL for progress, deadlines, TTLs and dependencies, so no
+per-object kopf timer and hence no finalizer is needed: deleting a job never waits for the operator.
 
 Every decision comes from pure functions (``status.derive``, ``RunPolicy``, ``dependencies``); the handlers
 only act on the difference between the old and the new status, under a per-job lock, so running them twice
@@ -25,13 +28,17 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import history, metrics
+from .. import fan_out, history, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
+from ..job_pods import JobPods
 from ..kubeclient import STOPPING, ShuttingDown
+from ..pod_cache import JobKey, PodCache
+from ..pod_informer import PodInformer
 from ..progress import scrape, scrape_series
-from ..settings import PROGRESS_INTERVAL
-from ..status import TERMINAL, condition, derive, is_true, live, now, set_condition, termination_result
+from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
+from ..status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
+from ..workqueue import WorkQueue, Workers
 from . import create_errors, kueue
 from .common import kube, parse_spec
 from .dependencies import DependencyError, readiness, refs, resolve
@@ -62,12 +69,23 @@ class JobKind:
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
 _KNOWN: dict[tuple[str, str, str], tuple[JobKind, bool]] = {}  # key -> (kind, worth sweeping)
-_KINDS: list[JobKind] = []
+_KINDS: dict[str, JobKind] = {}
+PODS = PodCache()  # every job's pods, fed by the pod handler
+QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
+_workers: list[Workers] = []
+_informers: list[PodInformer] = []
+WATCHED_NAMESPACES: list[str] = []  # set by ``main`` from --namespace; empty: the whole cluster
 
 
-def _reporters(job: JobKind, spec: Any, pods: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    by_name = {p["metadata"]["name"]: p for p in pods}
-    return [by_name[f"{name}-{i}"] for i in dict.fromkeys(job.reporting_pods(spec)) if f"{name}-{i}" in by_name]
+def _reporters(job: JobKind, spec: Any, pods: JobPods, name: str) -> list[dict[str, Any]]:
+    """The live pods whose metrics make the job's progress (rank 0; a trainer's first and last pod)."""
+    found = (pods.get(f"{name}-{i}") for i in dict.fromkeys(job.reporting_pods(spec)))
+    return [p for p in found if p is not None and not p["metadata"].get("deletionTimestamp")]
+
+
+def _pods(job: JobKind, namespace: str, name: str) -> JobPods:
+    return PODS.pods((job.kind.kind, namespace, name),
+                     lambda: kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind}))
 
 
 def _live_progress(job: JobKind, spec: Any,
@@ -101,27 +119,64 @@ def _event(obj: dict[str, Any], reason: str, message: str, warning: bool = False
     kube().post_event(obj, reason, message, warning)
 
 
-def _delete_pods(namespace: str, pods: list[dict[str, Any]]) -> int:
-    doomed = live(pods)
-    for p in doomed:
-        kube().delete_pod(namespace, p["metadata"]["name"], p["metadata"]["uid"])
+def _delete_pods(key: JobKey, pods: list[dict[str, Any]]) -> int:
+    """Delete the live ones among ``pods``, a few at a time (``fan_out``); the cache counts them as terminating."""
+    doomed = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    at = now()
+
+    def delete(p: dict[str, Any]) -> None:
+        name, uid = p["metadata"]["name"], p["metadata"]["uid"]
+        if kube().delete_pod(key[1], name, uid):
+            PODS.deleting(key, name, uid, at)
+        else:
+            PODS.gone(key, name, uid)
+
+    errors = [r for r in fan_out.each(delete, doomed) if isinstance(r, Exception)]
+    if errors:
+        raise errors[0]
     return len(doomed)
 
 
+def summarize(names: list[str], shown: int = 3) -> str:
+    """'Kind/name' lists as counts and a few names: a 4096-pod list would not fit in a condition or an event."""
+    by_kind: dict[str, list[str]] = {}
+    for n in names:
+        by_kind.setdefault(n.split("/", 1)[0], []).append(n)
+    parts = []
+    for kind, of_kind in by_kind.items():
+        if len(of_kind) <= shown:
+            parts.extend(of_kind)
+        else:
+            parts.append(f"{len(of_kind)} {kind}s ({', '.join(n.split('/', 1)[1] for n in of_kind[:2])}, ..., "
+                         f"{of_kind[-1].split('/', 1)[1]})")
+    return ", ".join(parts)
+
+
 def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any) -> list[str]:
+    """Create the objects that do not exist yet: the others first, then the pods a few at a time."""
     objects = job.render(name, namespace, spec)
     kopf.adopt(objects, owner=obj)
     kueue.keep_off_children(objects)
-    created = []
-    for o in objects:
+
+    def create(o: dict[str, Any]) -> str | None:
         try:
             if o["kind"] == "ConfigMap":  # a restart or resume may load a different checkpoint
                 kube().update_config_map(namespace, o)
-            elif kube().create(namespace, o):
-                created.append(f"{o['kind']}/{o['metadata']['name']}")
+                return None
+            made = kube().create(namespace, o)
         except (ApiException, ValueError, TypeError) as e:  # the server's refusal, or the client's before sending
             raise create_errors.ChildCreateFailed(f"{o['kind']}/{o['metadata']['name']}", e) from None
-    return created
+        if made and o["kind"] == "Pod":
+            PODS.wrote(made)
+        return f"{o['kind']}/{o['metadata']['name']}" if made else None
+
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    created = [create(o) for o in objects if o["kind"] != "Pod"]
+    results = fan_out.each(create, pods)
+    failure = next((r for r in results if isinstance(r, Exception)), None)
+    if failure is not None:
+        raise failure
+    return [c for c in created + results if c]  # type: ignore[misc]
 
 
 def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status: dict[str, Any],
@@ -147,9 +202,8 @@ def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status:
     return spec, {**status, "conditions": conditions}, True
 
 
-def _suspend(obj: dict[str, Any], namespace: str, pods: list[dict[str, Any]], status: dict[str, Any],
-             at: str) -> dict[str, Any]:
-    deleted = _delete_pods(namespace, pods)
+def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
+    deleted = _delete_pods(key, pods.live())
     if status.get("phase") == "Suspended":
         return status
     message = f"runPolicy.suspend is true: {deleted} pod(s) deleted; clearing it recreates them"
@@ -177,11 +231,11 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     spec = parse_spec(job.spec_model, job.kind.kind, namespace, name, obj["spec"], obj)
     if spec is None or kueue.suspend_until_admitted(job.kind.kind, obj, spec.runPolicy.suspend):
         return
-    pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
+    pods = _pods(job, namespace, name)
     policy: RunPolicy = spec.runPolicy
     status = dict(previous)
     if policy.suspend:
-        status = _suspend(obj, namespace, pods, status, at)
+        status = _suspend((job.kind.kind, namespace, name), pods, status, at)
     else:
         if status.get("phase") == "Suspended":
             conditions = set_condition(status["conditions"], "Suspended", "False", "Resumed",
@@ -207,14 +261,13 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 
 def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any, policy: RunPolicy,
-            pods: list[dict[str, Any]], status: dict[str, Any], at: str) -> dict[str, Any]:
+            pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
     """Create the objects when due (first time, after a gang restart, on resume), then derive the status."""
     spec, extra = job.prepare(obj, spec, status)
     status = {**status, **extra}
     restarting = status.get("phase") == "Restarting"
-    terminating = len(pods) - len(live(pods))
-    if (not is_true(status, "Created") or (restarting and not live(pods))) and not terminating:
-        key = (job.kind.kind, namespace, name)
+    key = (job.kind.kind, namespace, name)
+    if (not is_true(status, "Created") or (restarting and not pods.live_count)) and not pods.terminating:
         if not create_errors.due(key):
             return status  # backing off after a refused create
         try:
@@ -222,26 +275,25 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         except create_errors.ChildCreateFailed as e:
             status, message, permanent = create_errors.failed(key, e.what, e.error, status, at)
             if permanent:  # the phase change posts the Warning event; a partial gang is of no use
-                _delete_pods(namespace, kube().list_pods(namespace, {LABEL_JOB_NAME: name,
-                                                                     LABEL_JOB_KIND: job.kind.kind}))
+                _delete_pods(key, _pods(job, namespace, name).live())
             else:
                 _event(obj, "CreateFailed", message, warning=True)
             return status
         create_errors.reset(key)
         if not is_true(status, "Created"):
-            message = f"created {', '.join(created)}" if created else "objects already exist"
+            message = f"created {summarize(created)}" if created else "objects already exist"
             status["conditions"] = set_condition(status.get("conditions", []), "Created", "True", "Created",
                                                  message, at)
         if created:
-            _event(obj, "Created", f"created {', '.join(created)}")
-        pods = kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind})
+            _event(obj, "Created", f"created {summarize(created)}")
+        pods = _pods(job, namespace, name)
     new = derive(pods, job.replicas(spec), status, policy)
     if new.get("restarts", 0) > status.get("restarts", 0):
-        deleted = _delete_pods(namespace, pods)
+        deleted = _delete_pods(key, pods.live())
         metrics.RESTARTS.labels(job.kind.kind).inc()
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
-    reporters = _reporters(job, spec, live(pods), name)
+    reporters = _reporters(job, spec, pods, name)
     progress, series = _live_progress(job, spec, reporters)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
@@ -259,7 +311,7 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         if final := job.final_progress(result or {}):
             new["progress"] = {**new.get("progress", {}), **final, "lastUpdateTime": now()}
     if new["phase"] in TERMINAL:
-        cleaned = _delete_pods(namespace, policy.pods_to_clean(live(pods)))
+        cleaned = _delete_pods(key, policy.pods_to_clean(pods.live()))
         if cleaned:
             _event(obj, "PodsCleaned", f"runPolicy.cleanPodPolicy {policy.cleanPodPolicy}: deleted {cleaned} pod(s)")
     return new
@@ -275,29 +327,60 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
+    PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
     metrics.job_phase(job.kind.kind, namespace, name, None)
 
 
+def _process(key: JobKey) -> None:
+    kind, namespace, name = key
+    if kind not in _KINDS:
+        return
+    if _informers and not _informers[0].synced.wait(60):
+        logger.warning("pods not listed yet: reconciling %s %s/%s from a listing of its own", kind, namespace, name)
+    try:
+        reconcile(_KINDS[kind], namespace, name)
+    except ShuttingDown:
+        pass
+    except Exception as e:  # noqa: BLE001 - backed off and reported; the sweep queues it again when due
+        _reconcile_failed(_KINDS[kind], namespace, name, e)
+
+
+def start_workers(count: int = RECONCILE_WORKERS) -> None:
+    """The pod informer and the shared pool that serves QUEUE (started with the operator, in kopf's start-up
+    handler; the workers wait until the informer has listed the pods)."""
+    global QUEUE
+    if not _workers:
+        if not QUEUE.accepting:
+            QUEUE = WorkQueue()
+        _informers.append(PodInformer(kube(), PODS, lambda key: QUEUE.add(key), WATCHED_NAMESPACES).start())
+        _workers.append(Workers(QUEUE, _process, count).start())
+
+
+def stop_workers() -> None:
+    while _informers:
+        _informers.pop().stop()
+    while _workers:
+        _workers.pop().stop()
+
+
 async def sweep_forever(stop: asyncio.Event) -> None:
-    """Every PROGRESS_INTERVAL, reconcile each live job (and each finished one with a TTL) in worker threads."""
+    """Every PROGRESS_INTERVAL, queue each live job (and each finished one with a TTL) for a reconcile."""
     while not stop.is_set() and not STOPPING.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=PROGRESS_INTERVAL)
             return
         except asyncio.TimeoutError:
             pass
-        due = [(job, ns, name) for (kind, ns, name), (job, worth) in list(_KNOWN.items())
-               if worth and create_errors.due((kind, ns, name))]
-        results = await asyncio.gather(*(asyncio.to_thread(reconcile, *key) for key in due), return_exceptions=True)
-        for (job, ns, name), result in zip(due, results):
-            if isinstance(result, Exception) and not isinstance(result, ShuttingDown):
-                await asyncio.to_thread(_reconcile_failed, job, ns, name, result)
+        for key, (_, worth) in list(_KNOWN.items()):
+            if worth and create_errors.due(key):
+                QUEUE.add(key)
 
 
 def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception) -> None:
-    """A sweep that raised (the API server refusing a status patch, a pod list timing out) is tried again only
-    after a capped exponential backoff, and says so in a Warning event instead of a log line every sweep."""
+    """A reconcile that raised (the API server refusing a status patch, a pod list timing out) is tried again by
+    the sweep only after a capped exponential backoff, and says so in a Warning event instead of a log line every
+    sweep."""
     failures, delay = create_errors.backoff((job.kind.kind, namespace, name))
     message = f"reconciling failed (attempt {failures}; next in {delay:.0f}s): {type(error).__name__}: {error}"
     logger.warning("%s %s/%s: %s", job.kind.kind, namespace, name, message)
@@ -311,7 +394,7 @@ def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception)
 
 def register(job: JobKind) -> None:
     kind = job.kind
-    _KINDS.append(job)
+    _KINDS[kind.kind] = job
 
     @kopf.on.event(API_GROUP, API_VERSION, kind.plural, id=f"follow-{kind.singular}")
     def job_changed(type, body, name, namespace, **_) -> None:
@@ -325,10 +408,5 @@ def register(job: JobKind) -> None:
         if phase in TERMINAL and type is not None:
             return
         if type in (None, "ADDED") or body["metadata"].get("generation") != status.get("observedGeneration"):
-            reconcile(job, namespace, name)
+            QUEUE.add((kind.kind, namespace, name))
 
-    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_KIND: kind.kind}, id=f"pods-of-{kind.singular}")
-    def pod_changed(type, labels, namespace, **_) -> None:
-        if type in (None, "ADDED"):  # we just created it (or kopf is listing at start-up: the job events cover it)
-            return
-        reconcile(job, namespace, labels[LABEL_JOB_NAME])

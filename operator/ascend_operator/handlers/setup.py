@@ -9,10 +9,10 @@ import kopf
 from .. import metrics
 from ..api.group import API_GROUP
 from ..dashboard.server import serve as serve_dashboard
-from ..kubeclient import STOPPING
+from ..kubeclient import LIST_CHUNK, STOPPING
 from .common import kube
 from ..settings import DASHBOARD_PORT, METRICS_PORT
-from .lifecycle import sweep_forever
+from .lifecycle import start_workers, stop_workers, sweep_forever
 
 _sweep: dict[str, object] = {}
 _servers: list = []  # the dashboard's HTTP server, shut down with the operator
@@ -26,15 +26,17 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=API_GROUP, key="last-handled-configuration")
     settings.posting.level = 20  # INFO and above become Kubernetes events
-    settings.execution.max_workers = 16
+    settings.execution.max_workers = 16  # kopf's threads run the handlers, which only feed the queue and cache
+    settings.watching.chunk_size = LIST_CHUNK  # kopf's own listings paginate (limit/continue) as ours do
     metrics.serve(METRICS_PORT)
     if DASHBOARD_PORT:
         try:
             _servers.append(serve_dashboard(kube().api, DASHBOARD_PORT))
         except OSError as e:  # like the metrics port: the jobs matter more than the page
             logging.getLogger(__name__).error("dashboard not served on port %d: %s", DASHBOARD_PORT, e)
+    start_workers()
     stop = asyncio.Event()
-    # Created here so that the sweep's worker threads inherit kopf's context (events can be posted from them).
+    # The sweep queues live jobs every PROGRESS_INTERVAL; created here so that it stops with kopf.
     _sweep.update(stop=stop, task=asyncio.create_task(sweep_forever(stop)))
 
 
@@ -46,3 +48,4 @@ async def stop_sweeping(**_) -> None:
     if _sweep:
         _sweep["stop"].set()  # type: ignore[attr-defined]
         await _sweep["task"]  # type: ignore[misc]
+    await asyncio.to_thread(stop_workers)  # a reconcile under way finishes; queued ones are dropped

@@ -34,7 +34,7 @@ from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
 from . import field_validation
-from . import core_schemas, dry_run, openapi, persistence, tables
+from . import core_schemas, dry_run, list_pages, openapi, persistence, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
@@ -275,8 +275,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             if method == "GET":
                 listed = self._list(rt, ns, query)
                 if tables.wants_table(raw.headers.get("Accept", "")):
-                    return aiohttp.web.json_response(tables.table(
-                        rt, listed["items"], listed["metadata"]["resourceVersion"], query.get("includeObject", "")))
+                    table = tables.table(rt, listed["items"], listed["metadata"]["resourceVersion"],
+                                         query.get("includeObject", ""))
+                    table["metadata"] = listed["metadata"]  # with continue: kubectl's --chunk-size pages
+                    return aiohttp.web.json_response(table)
                 return aiohttp.web.json_response(listed)
             if method == "POST":
                 return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
@@ -338,12 +340,29 @@ class LocalKubernetesApi(KubernetesEmulator):
         return lambda obj: by_label(obj) and by_field(obj)
 
     def _list(self, rt: ResourceType, ns: str | None, query: Any) -> dict[str, Any]:
-        # Differs from a real API server: `limit`/`continue` are ignored, every match comes in one page.
-        matches = self._matcher(query)
-        items = [obj for (tk, ons, _), obj in sorted(self._store.items(), key=lambda kv: (kv[0][1] or "", kv[0][2]))
-                 if tk == rt.key and (ns is None or ons == ns) and matches(obj)]
-        return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List",
-                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+        """A list, one page of ``limit`` items when asked (``list_pages``: snapshot pages, kube's tokens)."""
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f'limit: Invalid value: "{query.get("limit")}"') from None
+        rv, start = self._rv, ""
+        if query.get("continue"):
+            if query.get("resourceVersion"):
+                raise ApiError(400, "BadRequest", "specifying resource version is not allowed when using continue")
+            try:
+                rv, start = list_pages.decode(query["continue"])
+            except list_pages.ContinueError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
+            if rv < self._log_floor or rv > self._rv:
+                raise ApiError(410, "Expired", list_pages.TOO_OLD)
+        current = [obj for (tk, ons, _), obj in self._store.items() if tk == rt.key and (ns is None or ons == ns)]
+        newer = [(kind, obj, old) for erv, tk, kind, obj, old in
+                 self._log[bisect.bisect_right(self._log, rv, key=lambda e: e[0]):]
+                 if tk == rt.key and (ns is None or obj["metadata"].get("namespace") == ns)] if rv < self._rv else []
+        selected = bool(query.get("labelSelector") or query.get("fieldSelector"))
+        items, meta = list_pages.page(list_pages.snapshot(current, newer), self._matcher(query), max(limit, 0),
+                                      start, rv, selected)
+        return {"apiVersion": rt.api_version, "kind": f"{rt.kind}List", "metadata": meta, "items": items}
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -757,7 +776,8 @@ class LocalKubernetesApi(KubernetesEmulator):
         try:
             if since == "0":
                 position = self._rv
-                for obj in self._list(rt, ns, query)["items"]:
+                for obj in self._list(rt, ns, {k: v for k, v in query.items() if k not in ("limit", "continue")})[
+                        "items"]:
                     await response.write(encode("ADDED", obj))
             else:
                 position = int(since) if since.isdigit() else self._rv

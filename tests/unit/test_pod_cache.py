@@ -1,0 +1,133 @@
+"""The operator's pod cache: what it holds after watch events, its own writes and the first listing, and the
+per-job counts it keeps, which must equal a recount of the pods (the status is derived from them)."""
+import random
+
+from ascend_operator.job_pods import JobPods, index, phase, ready
+from ascend_operator.pod_cache import PodCache
+from ascend_operator.status import derive
+
+KEY = ("AscendTrainJob", "default", "big")
+
+
+def pod(i, uid=None, rv=1, phase_="Pending", is_ready=False, deleting=False, job="big"):
+    meta = {"name": f"{job}-{i}", "namespace": "default", "uid": uid or f"uid-{i}", "resourceVersion": str(rv),
+            "labels": {"ascendtrain.dev/job-name": job, "ascendtrain.dev/job-kind": "AscendTrainJob",
+                       "ascendtrain.dev/replica-index": str(i), "other": "dropped"},
+            "annotations": {"big": "x" * 1000}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status = {"phase": phase_, "conditions": [{"type": "Ready", "status": "True" if is_ready else "False"},
+                                              {"type": "Initialized", "status": "True"}]}
+    return {"metadata": meta, "spec": {"containers": [{"name": "engine", "image": "x" * 500}]}, "status": status}
+
+
+def never_listed():
+    raise AssertionError("the cache listed pods again")
+
+
+def seeded(cache, listed=()):
+    return cache.pods(KEY, lambda: list(listed))
+
+
+def test_events_keep_the_counts_a_recount_would_give():
+    cache, rng = PodCache(), random.Random(7)
+    seeded(cache)
+    truth = {}
+    for step in range(1, 3001):
+        i = rng.randrange(20)
+        if rng.random() < 0.2:
+            if i in truth:
+                cache.apply("DELETED", truth.pop(i))
+            continue
+        uid = truth[i]["metadata"]["uid"] if i in truth else f"uid-{i}-{rng.random()}"
+        p = pod(i, uid, step, rng.choice(["Pending", "Running", "Succeeded", "Failed"]),
+                rng.random() < 0.5, rng.random() < 0.1)
+        cache.apply("MODIFIED" if i in truth else "ADDED", p)
+        truth[i] = p
+    pods = cache.pods(KEY, never_listed)
+    live = [p for p in truth.values() if not p["metadata"].get("deletionTimestamp")]
+    assert len(pods) == len(truth) and pods.live_count == len(live)
+    assert pods.replica_counts() == {
+        "active": sum(phase(p) in ("Pending", "Running") for p in live), "ready": sum(ready(p) for p in live),
+        "succeeded": sum(phase(p) == "Succeeded" for p in live), "failed": sum(phase(p) == "Failed" for p in live)}
+    assert [index(p) for p in pods.in_phase("Running")] == sorted(index(p) for p in live if phase(p) == "Running")
+
+
+def test_pods_are_kept_slim():
+    cache = PodCache()
+    cache.apply("ADDED", pod(0))
+    kept = seeded(cache).get("big-0")
+    assert "spec" not in kept and "annotations" not in kept["metadata"]
+    assert set(kept["metadata"]["labels"]) == {"ascendtrain.dev/job-name", "ascendtrain.dev/job-kind",
+                                               "ascendtrain.dev/replica-index"}
+    assert [c["type"] for c in kept["status"]["conditions"]] == ["Ready"]
+
+
+def test_a_late_deleted_event_of_the_old_pod_leaves_the_recreated_one():
+    cache = PodCache()
+    seeded(cache)
+    cache.wrote(pod(0, uid="new", rv=10))
+    assert not cache.apply("DELETED", pod(0, uid="old", rv=9))
+    assert seeded(cache).get("big-0")["metadata"]["uid"] == "new"
+
+
+def test_own_writes_show_before_the_watch_and_the_echo_queues_nothing():
+    cache = PodCache()
+    seeded(cache)
+    cache.wrote(pod(0, rv=5))
+    assert seeded(cache).live_count == 1
+    assert not cache.apply("ADDED", pod(0, rv=5))  # the watch's echo of our create
+    cache.deleting(KEY, "big-0", "uid-0", "2026-01-01T00:00:00Z")
+    pods = seeded(cache)
+    assert pods.live_count == 0 and pods.terminating == 1  # no new gang is created over terminating pods
+    assert cache.apply("DELETED", pod(0, rv=6))
+    assert len(seeded(cache)) == 0
+
+
+def test_an_update_that_changes_nothing_the_operator_reads_queues_nothing():
+    cache = PodCache()
+    cache.apply("ADDED", pod(0, rv=1))
+    assert not cache.apply("MODIFIED", pod(0, rv=2))
+    assert cache.apply("MODIFIED", pod(0, rv=3, phase_="Running"))
+    assert not cache.apply("MODIFIED", pod(0, rv=2, phase_="Pending"))  # older than what is held
+
+
+def test_the_first_listing_does_not_undo_newer_events():
+    cache = PodCache()
+    listed = [pod(0, rv=5), pod(1, rv=5), pod(2, rv=5)]
+
+    def list_pods():  # the watch delivers while the list is in flight
+        cache.apply("MODIFIED", pod(0, rv=7, phase_="Failed"))
+        cache.apply("DELETED", pod(1, rv=8))
+        return listed
+
+    pods = cache.pods(KEY, list_pods)
+    assert phase(pods.get("big-0")) == "Failed" and pods.get("big-1") is None and pods.get("big-2")
+    assert cache.pods(KEY, never_listed).live_count == 2
+
+
+def test_a_snapshot_does_not_move_under_a_reconcile():
+    cache = PodCache()
+    snapshot = seeded(cache, [pod(0)])
+    cache.apply("MODIFIED", pod(0, rv=2, phase_="Failed"))
+    assert snapshot.count("Pending") == 1 and snapshot.count("Failed") == 0
+
+
+def test_derive_reads_the_same_from_the_cache_as_from_a_list():
+    pods = [pod(i, phase_="Running", is_ready=i % 2 == 0) for i in range(8)] + [pod(8, deleting=True)]
+    previous = {"phase": "Pending", "conditions": [{"type": "Created", "status": "True", "reason": "Created",
+                                                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    assert derive(JobPods(pods), 8, previous) == derive(pods, 8, previous)
+
+
+def test_a_new_listing_replaces_the_namespace_and_names_the_jobs_that_changed():
+    cache = PodCache()
+    cache.replace("default", [pod(0), pod(1), pod(0, job="other")])
+    assert cache.pods(KEY, never_listed).live_count == 2  # listed: no listing of its own
+    # The watch expired; meanwhile big-1 went away and big-0 started running; "other" is unchanged.
+    changed = cache.replace("default", [pod(0, rv=3, phase_="Running"), pod(0, job="other")])
+    assert changed == {KEY}
+    pods = cache.pods(KEY, never_listed)
+    assert pods.live_count == 1 and pods.count("Running") == 1
+    assert cache.replace("default", []) == {KEY, ("AscendTrainJob", "default", "other")}
+    assert cache.size() == 0
