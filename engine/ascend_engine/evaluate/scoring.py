@@ -50,6 +50,12 @@ def _batches(items: list, size: int):
         yield items[i: i + size]
 
 
+def _by_length(items: list, length) -> list:
+    """``items`` longest first, so that a batch holds rows of similar length (little padding to compute) and a
+    batch too large for memory shows in the first one."""
+    return sorted(items, key=length, reverse=True)
+
+
 def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], batch_size: int,
                   progress) -> list[tuple[int, list[float]]]:
     """(predicted option, option log-likelihoods) per question. Questions whose options are distinct single
@@ -57,21 +63,24 @@ def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], ba
     encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
-    one_row = [i for i, s in enumerate(single) if s]
+    one_row = _by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
     for chunk in _batches(one_row, batch_size):
         got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
                                         [[c[0] for _, c in encoded[i]] for i in chunk])
         for i, values in zip(chunk, got):
             scores[i] = values
         progress.update(len(chunk))
-    rows = [(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))]
+    rows = _by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
+                      lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
     sums: dict[int, list[float]] = {}
+    left = {i: len(encoded[i]) for i, s in enumerate(single) if not s}
     for chunk in _batches(rows, batch_size):
         seqs = [encoded[i][k][0] + encoded[i][k][1] for i, k in chunk]
         got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) for i, k in chunk])
         for (i, k), value in zip(chunk, got):
             sums.setdefault(i, [0.0] * len(encoded[i]))[k] = value
-            if k == len(encoded[i]) - 1:
+            left[i] -= 1
+            if not left[i]:
                 progress.update(1)
     for i, values in sums.items():
         scores[i] = values
