@@ -50,7 +50,7 @@ def _batches(items: list, size: int):
         yield items[i: i + size]
 
 
-def _by_length(items: list, length) -> list:
+def by_length(items: list, length) -> list:
     """``items`` longest first, so that a batch holds rows of similar length (little padding to compute) and a
     batch too large for memory shows in the first one."""
     return sorted(items, key=length, reverse=True)
@@ -63,14 +63,14 @@ def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], ba
     encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
-    one_row = _by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
+    one_row = by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
     for chunk in _batches(one_row, batch_size):
         got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
                                         [[c[0] for _, c in encoded[i]] for i in chunk])
         for i, values in zip(chunk, got):
             scores[i] = values
         progress.update(len(chunk))
-    rows = _by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
+    rows = by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
                       lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
     sums: dict[int, list[float]] = {}
     left = {i: len(encoded[i]) for i, s in enumerate(single) if not s}
