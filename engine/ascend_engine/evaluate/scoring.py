@@ -94,18 +94,19 @@ def choice_outcomes(questions: list[ChoiceQuestion], scored) -> list[Outcome]:
 
 def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, batch_size: int,
                      progress) -> list[str]:
-    """Greedy completions, ``batch_size`` questions at a time, cut at each question's stop sequences (a row
-    stops generating once its text holds one)."""
+    """Greedy completions, ``batch_size`` questions of similar prompt length at a time (a batch steps through
+    its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
+    generating once its text holds one); returned in the questions' order."""
     tok = prompter.tokenizer
-    out = []
-    for chunk in _batches(questions, batch_size):
-        prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in chunk]
+    prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in questions]
+    out: list[str] = [""] * len(questions)
+    for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
 
         def finished(row, new, chunk=chunk):
-            return any(s in tok.decode(new) for s in chunk[row].stop)
+            return any(s in tok.decode(new) for s in questions[chunk[row]].stop)
 
-        for q, new in zip(chunk, model.generate(prompts, max_new, tok.eos_token_id, finished)):
-            out.append(cut_at_stop(tok.decode(new, skip_special_tokens=True), q.stop))
+        for i, new in zip(chunk, model.generate([prompts[i] for i in chunk], max_new, tok.eos_token_id, finished)):
+            out[i] = cut_at_stop(tok.decode(new, skip_special_tokens=True), questions[i].stop)
         progress.update(len(chunk))
     return out
 

@@ -28,12 +28,11 @@ class SdpaDotProductAttention(DotProductAttention):
         if self._falls_back(attention_mask, attention_bias, packed_seq_params):
             return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
                                    packed_seq_params)
-        mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+        # A GPT layer's own type decides: megatron-core's static KV cache passes ``no_mask`` for every call after
+        # the first, but a chunk of several queries against the cache still needs its triangle.
+        mask_type = self.attn_mask_type if self.attn_mask_type == AttnMaskType.causal else attn_mask_type
         sq, b, heads, _ = query.shape
         sk = key.shape[0]
-        groups = heads // key.shape[2]
-        if groups > 1:  # grouped-query attention: each key/value head serves ``groups`` query heads
-            key, value = key.repeat_interleave(groups, dim=2), value.repeat_interleave(groups, dim=2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [s, b, h, d] -> [b, h, s, d]
         causal, mask = False, None
         if mask_type == AttnMaskType.causal and sq > 1:
@@ -45,5 +44,6 @@ class SdpaDotProductAttention(DotProductAttention):
             return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
                                    packed_seq_params)
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                                               scale=self.softmax_scale)
+                                                               scale=self.softmax_scale,
+                                                               enable_gqa=key.shape[2] != heads)
         return out.permute(2, 0, 1, 3).reshape(sq, b, self.hidden_size_per_partition)
