@@ -76,11 +76,12 @@ def main() -> None:
     letters = [10, 11, 12, 13]
     b = args.batch
 
-    def score_ours():
-        order = by_length(list(range(len(rows))), lambda i: len(rows[i]))  # what score_choices does
+    def score_ours(questions=None):
+        questions = questions or rows
+        order = by_length(list(range(len(questions))), lambda i: len(questions[i]))  # what score_choices does
         for i in range(0, len(order), b):
             chunk = order[i: i + b]
-            ours.next_token_logprobs([rows[j] for j in chunk], [letters] * len(chunk))
+            ours.next_token_logprobs([questions[j] for j in chunk], [letters] * len(chunk))
 
     def padded(chunk, left: bool):
         width = max(len(r) for r in chunk)
@@ -91,10 +92,11 @@ def main() -> None:
             ids[j, span], mask[j, span] = torch.tensor(r), 1
         return ids.to(device), mask.to(device)
 
-    def score_hf():
+    def score_hf(questions=None):
+        questions = questions or rows
         with torch.inference_mode():
-            for i in range(0, len(rows), b):
-                chunk = rows[i: i + b]
+            for i in range(0, len(questions), b):
+                chunk = questions[i: i + b]
                 ids, mask = padded(chunk, left=False)
                 logits = hf(input_ids=ids, attention_mask=mask).logits
                 for j, r in enumerate(chunk):
@@ -130,8 +132,8 @@ def main() -> None:
     else:
         variants = {"ours": score_ours, "transformers": score_hf}
         unit, amount = "questions/s", len(rows)
-    for fn in variants.values():  # warm-up
-        fn() if not args.generate else fn(rows[:b])
+    for fn in variants.values():  # warm-up: one batch each
+        fn(rows[:b])
     rates: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.rounds):
         for key, fn in variants.items():
