@@ -7,7 +7,31 @@ where only the last stage's first TP rank contributes).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
+
+
+@contextmanager
+def _read_only(gpt, pos_index: torch.Tensor, row_index: torch.Tensor):
+    """While open, the output layer of ``gpt`` (if this stage has one) computes logits only for the hidden states
+    at (``pos_index[k]``, ``row_index[k]``), and the model returns them as [1, k, vocab / TP]. Yields whether it
+    applies: not with sequence parallelism, whose output layer gathers the sequence itself, nor with multi-token
+    prediction, whose heads share the output layer."""
+    layer = getattr(gpt, "output_layer", None) if getattr(gpt, "post_process", False) else None
+    if layer is None or getattr(layer, "sequence_parallel", False) or getattr(gpt.config, "mtp_num_layers", None):
+        yield False
+        return
+
+    def select(_module, args, kwargs):
+        hidden = args[0]  # [seq, batch, hidden]
+        return (hidden[pos_index, row_index].unsqueeze(1), *args[1:]), kwargs
+
+    handle = layer.register_forward_pre_hook(select, with_kwargs=True)
+    try:
+        yield True
+    finally:
+        handle.remove()
 
 
 class InferenceModel:
@@ -28,9 +52,10 @@ class InferenceModel:
 
     def _logprobs(self, rows: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor] | None:
         """Per row, log-softmax over the real vocabulary at the given positions ([len(positions[i]), vocab], fp32),
-        on the last stage (None elsewhere). Only those positions are gathered over TP and normalised, so memory
-        grows with the positions asked for, not with batch x length x vocabulary. Rows are right-padded; causal
-        attention keeps padding from touching the real positions."""
+        on the last stage (None elsewhere). Rows are right-padded; causal attention keeps padding from touching the
+        real positions. The output layer sees only the asked-for positions (``_read_only``): at evaluation sizes
+        it is a large share of the arithmetic, and logits of every position would be batch x length x vocabulary
+        floats nobody reads."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
         from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
@@ -40,6 +65,8 @@ class InferenceModel:
             ids[i, : len(r)] = torch.tensor(r)
         ids = ids.to(self.device)
         device = self.device
+        row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=device)
+        pos_index = torch.tensor([q for p in positions for q in p], device=device)
 
         def forward_step(data_iterator, module):
             tokens = next(data_iterator)
@@ -47,16 +74,15 @@ class InferenceModel:
             logits = module(tokens, positions, None)
             return logits, lambda out: (out.new_zeros(()), {"logits": out.detach()})
 
-        with torch.no_grad():
+        with torch.no_grad(), _read_only(self.gpt, pos_index, row_index) as selected:
             out = get_forward_backward_func()(
                 forward_step_func=forward_step, data_iterator=iter([ids]), model=[self.gpt], num_microbatches=1,
                 seq_length=width, micro_batch_size=len(rows), forward_only=True)
             if not self.info.is_last_stage:
                 return None
-            logits = out[0]["logits"]  # [batch, seq, vocab / TP]
-            row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=logits.device)
-            pos_index = torch.tensor([q for p in positions for q in p], device=logits.device)
-            picked = gather_from_tensor_model_parallel_region(logits[row_index, pos_index].contiguous())
+            logits = out[0]["logits"]  # [1, positions, vocab / TP], or [batch, seq, vocab / TP] when not selected
+            logits = logits[0] if selected else logits[row_index, pos_index]
+            picked = gather_from_tensor_model_parallel_region(logits.contiguous())
             normalised = torch.log_softmax(picked[:, : self.vocab_size].float(), dim=-1)
             return list(normalised.split([len(p) for p in positions]))
 

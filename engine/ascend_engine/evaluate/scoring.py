@@ -50,6 +50,12 @@ def _batches(items: list, size: int):
         yield items[i: i + size]
 
 
+def by_length(items: list, length) -> list:
+    """``items`` longest first, so that a batch holds rows of similar length (little padding to compute) and a
+    batch too large for memory shows in the first one."""
+    return sorted(items, key=length, reverse=True)
+
+
 def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], batch_size: int,
                   progress) -> list[tuple[int, list[float]]]:
     """(predicted option, option log-likelihoods) per question. Questions whose options are distinct single
@@ -57,21 +63,24 @@ def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], ba
     encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
-    one_row = [i for i, s in enumerate(single) if s]
+    one_row = by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
     for chunk in _batches(one_row, batch_size):
         got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
                                         [[c[0] for _, c in encoded[i]] for i in chunk])
         for i, values in zip(chunk, got):
             scores[i] = values
         progress.update(len(chunk))
-    rows = [(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))]
+    rows = by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
+                      lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
     sums: dict[int, list[float]] = {}
+    left = {i: len(encoded[i]) for i, s in enumerate(single) if not s}
     for chunk in _batches(rows, batch_size):
         seqs = [encoded[i][k][0] + encoded[i][k][1] for i, k in chunk]
         got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) for i, k in chunk])
         for (i, k), value in zip(chunk, got):
             sums.setdefault(i, [0.0] * len(encoded[i]))[k] = value
-            if k == len(encoded[i]) - 1:
+            left[i] -= 1
+            if not left[i]:
                 progress.update(1)
     for i, values in sums.items():
         scores[i] = values
@@ -85,18 +94,19 @@ def choice_outcomes(questions: list[ChoiceQuestion], scored) -> list[Outcome]:
 
 def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, batch_size: int,
                      progress) -> list[str]:
-    """Greedy completions, ``batch_size`` questions at a time, cut at each question's stop sequences (a row
-    stops generating once its text holds one)."""
+    """Greedy completions, ``batch_size`` questions of similar prompt length at a time (a batch steps through
+    its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
+    generating once its text holds one); returned in the questions' order."""
     tok = prompter.tokenizer
-    out = []
-    for chunk in _batches(questions, batch_size):
-        prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in chunk]
+    prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in questions]
+    out: list[str] = [""] * len(questions)
+    for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
 
         def finished(row, new, chunk=chunk):
-            return any(s in tok.decode(new) for s in chunk[row].stop)
+            return any(s in tok.decode(new) for s in questions[chunk[row]].stop)
 
-        for q, new in zip(chunk, model.generate(prompts, max_new, tok.eos_token_id, finished)):
-            out.append(cut_at_stop(tok.decode(new, skip_special_tokens=True), q.stop))
+        for i, new in zip(chunk, model.generate([prompts[i] for i in chunk], max_new, tok.eos_token_id, finished)):
+            out[i] = cut_at_stop(tok.decode(new, skip_special_tokens=True), questions[i].stop)
         progress.update(len(chunk))
     return out
 

@@ -10,6 +10,11 @@ token therefore sits at its true position, sees exactly the tokens before it, an
 is never padded, which is why the uncached path (a full forward of ``tokens[:, :t]`` at every step) gives the
 same numbers and is the reference for the cached one.
 
+Work that is not the model's arithmetic is left out: the prefill encodes each distinct prompt once and copies its
+keys and values to the rows that repeat it (GRPO's n samples of a prompt), and a finished row leaves the batch
+(its cache slot is compacted away), while the sampler still draws for every row, so the tokens of the rows that
+go on are those of the full batch.
+
 Sampling draws from one ``torch.Generator`` seeded alike on every rank; the last pipeline stage picks the tokens
 (all its TP ranks hold the same gathered logits, so they pick the same) and broadcasts them to the earlier stages
 of its pipeline group, so data-parallel replicas may generate different prompts.
@@ -124,6 +129,32 @@ def _share_from_last_stage(device: torch.device, *tensors: torch.Tensor) -> None
         t.copy_(moved.cpu())
 
 
+def _prefill_distinct(gpt, ids: torch.Tensor, context, vocab_size: int, device) -> torch.Tensor | None:
+    """Encode ``ids`` [b, s] into the empty cache, each distinct row once (GRPO's samples of one prompt share
+    it): the distinct rows run as a smaller batch, then their keys and values are copied to the rows that repeat
+    them. The last position's logits [b, V] on the last stage, None elsewhere."""
+    distinct, source = {}, []
+    for row in ids.tolist():
+        source.append(distinct.setdefault(tuple(row), len(distinct)))
+    if len(distinct) == ids.shape[0]:
+        return _last_logits(gpt, ids.to(device), 0, context, vocab_size)
+    firsts = torch.tensor([source.index(k) for k in range(len(distinct))])
+    logits = _last_logits(gpt, ids[firsts].to(device), 0, context, vocab_size)
+    index = torch.tensor(source, device=device)
+    for key, value in context.key_value_memory_dict.values():
+        for memory in (key, value):
+            memory[:ids.shape[1], :len(source)] = memory[:ids.shape[1], :len(distinct)][:, index]
+    return None if logits is None else logits[index.to(logits.device)]
+
+
+def _keep_cache_rows(context, keep: list[int], length: int) -> None:
+    """Compact the cache to the rows ``keep`` (slot indices, ascending) so finished rows stop costing compute."""
+    index = torch.tensor(keep)
+    for key, value in context.key_value_memory_dict.values():
+        for memory in (key, value):
+            memory[:length, :len(keep)] = memory[:length, index.to(memory.device)]
+
+
 @torch.no_grad()
 def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int,
                    max_length: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
@@ -164,15 +195,20 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
     context = StaticInferenceContext(b, total) if use_cache else None
     fed = 0  # positions already in the cache
     end = min(lengths)
+    active = list(range(b))  # rows still generating, in the order of their cache slots
     for t in range(min(lengths), total):  # fill position t
-        if context is not None:
+        if context is not None and not fed:
+            logits = _prefill_distinct(gpt, tokens[:, :t], context, vocab_size, device)
+        elif context is not None:
             context.sequence_len_offset = fed
-            if fed:
-                context.enable_decode_mode()
-            logits = _last_logits(gpt, tokens[:, fed:t].to(device), fed, context, vocab_size)
-            fed = t
+            context.enable_decode_mode()
+            logits = _last_logits(gpt, tokens[active, fed:t].to(device), fed, context, vocab_size)
         else:
-            logits = _last_logits(gpt, tokens[:, :t].to(device), 0, None, vocab_size)
+            logits = _last_logits(gpt, tokens[active, :t].to(device), 0, None, vocab_size)
+        fed = t
+        if logits is not None and len(active) < b:  # finished rows draw from a dummy row, as before
+            logits = torch.zeros(b, logits.shape[1], device=logits.device).index_copy_(
+                0, torch.tensor(active, device=logits.device), logits)
         picked, picked_lp = torch.zeros(b, dtype=torch.long), torch.zeros(b)
         if logits is not None:
             logits = logits.cpu()
@@ -196,5 +232,10 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         end = t + 1
         if bool(done.all()):
             break
+        still = [r for r in active if not done[r]]
+        if len(still) < len(active):
+            if context is not None:
+                _keep_cache_rows(context, [active.index(r) for r in still], fed)
+            active = still
     return Generated(tokens=tokens[:, :end], log_probs=log_probs[:, :end], prompt_lengths=lengths,
                      response_lengths=response_len.tolist())

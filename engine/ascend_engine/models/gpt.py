@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from ..config.train import ModelConfig, ParallelConfig
 from ..device import applied_backend
 from .init import init_layout_independent
+from .cached_rotary import CachedRotarySelfAttention
+from .sdpa_attention import SdpaDotProductAttention
 from .sequence_parallel_norm import with_sequence_parallel_norms
 
 
@@ -114,6 +116,8 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
                                 token_positions)
     if model.numExperts is None and not parallel.sequenceParallel:
         spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
+        spec.submodules.self_attention.module = CachedRotarySelfAttention
+        spec.submodules.self_attention.submodules.core_attention = SdpaDotProductAttention
     else:
         # Per-layer specs (MoE or dense by moe_layer_freq) for this pipeline stage: SequentialMLP experts
         # (or grouped GEMM) behind megatron-core's TopKRouter and token dispatcher; the block form also names
