@@ -109,7 +109,10 @@ class Kube:
         """Create if absent: the created object, or None when it already existed (reconciling twice creates
         nothing twice). The answer is parsed as plain JSON: the client's model classes cost milliseconds a pod."""
         if body["kind"] == "Pod":
-            create = lambda: self._json("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body)  # noqa: E731
+            # Strict: a field the API does not know (a misspelt toleration key) is refused, never silently dropped
+            # (the server's default, Warn, would drop it and the pod would tolerate what the user did not ask).
+            create = lambda: self._json("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,  # noqa: E731
+                                        {"fieldValidation": "Strict"})
             try:
                 return _retrying(create, retry_conflict=False)
             except ApiException as e:

@@ -25,10 +25,11 @@ REFUSED = [  # (job, spec, reason, what the message says)
      '"Equals": supported values: "Equal", "Exists"'),
     ("hp", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]}, "PolicyViolation",
      "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied by this operator's policy"),
-    # Refused by the Kubernetes client before any request is sent: a permanent failure, not a retry loop.
+    # An unknown field: the operator creates pods with fieldValidation=Strict, so the server refuses it instead of
+    # dropping it (its default) and tolerating every taint: a permanent failure, not a retry loop.
     ("keyy", {"tolerations": [{"keyy": "npu", "operator": "Exists"}]}, "InvalidPodTemplate",
-     "creating Pod/keyy-0 failed: the Kubernetes client refused it: spec.tolerations[0].keyy: "
-     "Extra inputs are not permitted"),
+     'creating Pod/keyy-0 failed: Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+     'unknown field "spec.tolerations[0].keyy"'),
     ("priv", {"securityContext": {"privileged": True}}, "PolicyViolation",
      "spec.securityContext.privileged: Forbidden: this operator's policy denies privileged containers"),
 ]
