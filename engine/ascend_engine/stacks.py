@@ -15,4 +15,10 @@ STACK_DUMP_SIGNAL = signal.SIGUSR1
 
 
 def install_stack_dump() -> None:
-    faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    """To the process's stderr descriptor: a stand-in ``sys.stderr`` (a caller capturing output) may have none."""
+    try:
+        sys.stderr.fileno()
+        out = sys.stderr
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        out = sys.__stderr__
+    faulthandler.register(STACK_DUMP_SIGNAL, file=out, all_threads=True, chain=False)

@@ -121,7 +121,7 @@ def _extended_resources(objects: list[dict]) -> set[str]:
 
 def test_cpu_jobs_pods_request_no_accelerator_after_every_apply(applied):
     cluster, everything, _ = applied
-    kinds = {k.kind.kind: k for k in lifecycle._KINDS}
+    kinds = {k.kind.kind: k for k in lifecycle._KINDS.values()}
     cpu_jobs = 0
     for (kind, namespace, name), obj in _stored(cluster, everything).items():
         job = kinds[kind]
