@@ -97,6 +97,20 @@ def _hccl_and_env(script: Script) -> tuple[dict[str, Any], list[dict[str, str]],
     return hccl, env, notes
 
 
+def _pod_shape(image: str, nnodes: int, nproc: int, launcher: dict[str, str], hccl: dict[str, Any],
+               env: list[dict[str, str]]) -> dict[str, Any]:
+    """The spec's pod part, the same whether the script is translated or kept as it is."""
+    spec: dict[str, Any] = {"image": image, "nnodes": nnodes, "nprocPerNode": nproc}
+    master_port = launcher.get("master-port")
+    if master_port and master_port.isdigit() and int(master_port) >= 1024:
+        spec["masterPort"] = int(master_port)
+    if hccl:
+        spec["hccl"] = hccl
+    if env:
+        spec["env"] = env
+    return spec
+
+
 def _paths(train: dict[str, Any], skipped: list[Skipped]) -> list[str]:
     found: list[str] = []
 
@@ -161,14 +175,7 @@ def import_script(text: str, source: str, *, image: str = DEFAULT_IMAGE, name: s
     except ValidationError as e:
         raise ConfigError(f"{source}: the script's training flags do not make a valid config:\n"
                           + format_validation_error(e, f"{source}:{launch.line}", prefix=("train",))) from None
-    spec: dict[str, Any] = {"image": image, "nnodes": nnodes, "nprocPerNode": nproc}
-    master_port = launch.launcher.get("master-port")
-    if master_port and master_port.isdigit() and int(master_port) >= 1024:
-        spec["masterPort"] = int(master_port)
-    if hccl:
-        spec["hccl"] = hccl
-    if env:
-        spec["env"] = env
+    spec = _pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
     spec["train"] = train.model_dump(mode="json", by_alias=True, exclude_unset=True)
     lost = gaps(spec["train"], launch.launcher, list(script.unset))
     try:

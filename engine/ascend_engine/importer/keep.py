@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config.loader import ConfigError, format_validation_error
-from .job import _LAUNCHER_PER_POD, ImportedJob, _hccl_and_env, _launch_shape, job_name
+from .job import _LAUNCHER_PER_POD, ImportedJob, _hccl_and_env, _launch_shape, _pod_shape, job_name
 from .launch import find_launch
 from .shell import ScriptError, read_script
 from .tools import tool_of
@@ -46,14 +46,7 @@ def import_as_is(text: str, source: str, *, image: str, name: str | None = None,
     trainer: dict[str, Any] = {"command": ["torchrun", *launcher, *entry], "args": args}
     if workdir:
         trainer["workingDir"] = workdir
-    spec: dict[str, Any] = {"image": image, "nnodes": nnodes, "nprocPerNode": nproc}
-    master_port = launch.launcher.get("master-port")
-    if master_port and master_port.isdigit() and int(master_port) >= 1024:
-        spec["masterPort"] = int(master_port)
-    if hccl:
-        spec["hccl"] = hccl
-    if env:
-        spec["env"] = env
+    spec = _pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
     spec["trainer"] = trainer
     try:
         AscendTrainJobSpec.model_validate(spec)
