@@ -125,6 +125,37 @@ def test_get_pods_ready_status_restarts_and_logs(cluster):
     assert missing.returncode != 0 and 'pods "nobody" not found' in missing.stderr
 
 
+def test_logs_show_container_paths(cluster, capsys):
+    """The runner starts the process with host paths; what it prints reads as on a cluster: kubectl logs (with
+    and without -f), ascend-train logs and the termination message all say /workspace, never the claim's
+    directory on this machine."""
+    resources = cluster.client()
+    pods = resources.resolve("pods")
+    code = ("import os, sys, time\nprint('cwd', os.getcwd(), flush=True)\nsys.stdout.write('saved to ')\n"
+            "sys.stdout.flush(); time.sleep(0.5)\nprint(os.environ['CKPT'] + '/iter_0000010', flush=True)\n"
+            "open('/dev/termination-log', 'w').write('missing ' + os.environ['CKPT'] + '/config.json')\n"
+            "sys.exit(3)\n")
+    resources.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "paths", "namespace": "default"},
+                     "spec": {"restartPolicy": "Never",
+                              "volumes": [{"name": "work", "persistentVolumeClaim": {"claimName": "work"}}],
+                              "containers": [{"name": "main", "image": "local", "command": ["python", "-c", code],
+                                              "workingDir": "/workspace",
+                                              "env": [{"name": "CKPT", "value": "/workspace/ckpt"}],
+                                              "volumeMounts": [{"name": "work", "mountPath": "/workspace"}]}]}})
+    wait_phase(resources, pods, "paths", ("Running", "Failed"))
+    expected = ["cwd /workspace", "saved to /workspace/ckpt/iter_0000010"]
+    assert kubectl(cluster, "logs", "-f", "paths").stdout.splitlines() == expected
+    failed = wait_phase(resources, pods, "paths", ("Failed",))
+    resources.close()
+    assert kubectl(cluster, "logs", "paths").stdout.splitlines() == expected
+    terminated = failed["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["message"] == "missing /workspace/ckpt/config.json"
+    assert ascend_train(["--root", str(cluster.root), "logs", "paths"]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+    raw = (cluster.root / "pods" / "default" / "paths" / "container.log").read_text()
+    assert str(cluster.root / "pvc" / "default" / "work") in raw  # the process itself ran on the host's paths
+
+
 def test_get_events_shows_reason_object_and_message(cluster):
     resources = cluster.client()
     resources.apply({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "talker.17a2b3c4d5e6f7", "namespace": "default"},

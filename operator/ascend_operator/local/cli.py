@@ -27,9 +27,11 @@ from ascend_engine.cli_text import plain, quiet_broken_pipe
 from ..api.group import LABEL_JOB_NAME
 from . import lifecycle
 from .cluster import LocalCluster
+from .pod_environment import ContainerPathView
+from .pod_logs import FollowedLog, read_container_log
 from .printing import table
 from .resource_client import ApiRequestError, ApiResource, ResourceClient
-from .runner import pod_log_path, read_logs
+from .runner import pod_log_path
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 HEARTBEAT_S = 4.0  # `local demo` never stays silent longer than this while it waits
@@ -294,7 +296,8 @@ def logs(args: argparse.Namespace) -> int:
     if not path.is_dir():
         raise UsageError(f'pod "{args.pod}" has no logs under {path.parent}/ (not started yet, or another namespace?)')
     if not args.follow:
-        sys.stdout.write(read_logs(Path(args.root), args.namespace, args.pod))
+        sys.stdout.write(read_container_log(pod_log_path(Path(args.root), args.namespace, args.pod))
+                         .decode(errors="replace"))
         return 0
     return _follow_logs(args, pod_log_path(Path(args.root), args.namespace, args.pod))
 
@@ -304,6 +307,7 @@ def _follow_logs(args: argparse.Namespace, log: Path) -> int:
     resources = _client(args.root)
     pods = resources.resolve("pods")
     offset = 0
+    followed = None  # made once the log exists: the runner records the pod's mounts before it starts the log
     try:
         while True:
             try:
@@ -313,11 +317,14 @@ def _follow_logs(args: argparse.Namespace, log: Path) -> int:
                     raise
                 phase = "Deleted"
             if log.exists():
+                followed = followed or FollowedLog(ContainerPathView.of_pod(log.parent))
                 with log.open("rb") as f:
                     f.seek(offset)
                     chunk = f.read()
                 offset += len(chunk)
-                sys.stdout.write(chunk.decode(errors="replace"))
+                ended = phase in ("Succeeded", "Failed", "Deleted")
+                shown = followed.feed(chunk) + (followed.flush() if ended or not chunk else b"")
+                sys.stdout.write(shown.decode(errors="replace"))
                 sys.stdout.flush()
             if phase in ("Succeeded", "Failed", "Deleted"):
                 return 0

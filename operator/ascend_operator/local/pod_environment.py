@@ -6,10 +6,16 @@ ConfigMap/Secret file is rewritten to the host directory that backs the volume. 
 (``<hostname>.<subdomain>.<namespace>.svc[.cluster.local]``) are rewritten to the pod's loopback IP the same way.
 These two rewrites are the runner's differences from a kubelet; a program that builds such a path or name at
 run time from pieces will not see them translated.
+
+What the pod prints is read back the other way (``ContainerPathView``): the host directories behind its mounts
+(and its root file system's stand-in) are shown as the container paths, so ``kubectl logs``, ``ascend-train
+logs`` and a failure's termination message read as they would on a cluster (``/workspace/ckpt``, not
+``.local-cluster/pvc/default/work/ckpt``). The pod directory's ``mounts.json`` records the mapping.
 """
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import sys
@@ -100,6 +106,51 @@ class PathTranslator:
         for pattern, host in self._rules:
             text = pattern.sub(lambda _m, host=host: host, text)
         return text
+
+
+MOUNTS_RECORD = "mounts.json"  # in the pod's directory: container path -> host path of its last start
+
+
+class ContainerPathView:
+    """Rewrites the host paths behind a pod's mounts back to their container paths (the longest host path first),
+    and the pod's stand-in root file system (``<pod dir>/rootfs``) to ``/``."""
+
+    def __init__(self, mounts: Mapping[str, Path], rootfs: Path | None = None):
+        hosts: dict[str, str] = {}
+        for container, host in mounts.items():
+            for spelling in (str(host), str(Path(host).resolve())):  # either may be printed
+                hosts.setdefault(spelling.rstrip("/"), container.rstrip("/"))
+        if rootfs is not None:
+            for spelling in (str(rootfs), str(rootfs.resolve())):
+                hosts.setdefault(spelling.rstrip("/"), "")
+        self._hosts = hosts
+        alternatives = "|".join(re.escape(h) for h in sorted(hosts, key=len, reverse=True) if h)
+        self._pattern = re.compile(r"(?<![\w.-])(?:" + alternatives + r")(?=/|$|[^\w.-])") if alternatives else None
+
+    @classmethod
+    def of_pod(cls, pod_dir: Path) -> ContainerPathView:
+        """The view recorded when the pod's container last started (no rewriting before it has started)."""
+        try:
+            mounts = {c: Path(h) for c, h in json.loads((pod_dir / MOUNTS_RECORD).read_text()).items()}
+        except (OSError, ValueError):
+            return cls({})
+        return cls(mounts, pod_dir / "rootfs")
+
+    def text(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+
+        def container(m: re.Match[str]) -> str:
+            path = self._hosts[m.group(0)]
+            return path if path or m.string.startswith("/", m.end()) else "/"
+
+        return self._pattern.sub(container, text)
+
+    def bytes(self, data: bytes) -> bytes:
+        """The same on raw output; bytes that are not UTF-8 pass through unchanged."""
+        if self._pattern is None:
+            return data
+        return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
 Lookup = Callable[[str, str, str], dict[str, Any] | None]  # (kind "configmaps"/"secrets", namespace, name) -> obj
@@ -231,6 +282,8 @@ def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, loo
     # The kubelet bind-mounts a file for the container's final message; here it is a file in the pod's dir.
     mounts[container.get("terminationMessagePath", TERMINATION_MESSAGE_PATH)] = termination_message_file(pod_dir)
     translate = PathTranslator(mounts)
+    pod_dir.mkdir(parents=True, exist_ok=True)
+    (pod_dir / MOUNTS_RECORD).write_text(json.dumps({c: str(h) for c, h in mounts.items()}))
 
     def rewrite(text: str) -> str:
         return ips.map_dns(translate(text))

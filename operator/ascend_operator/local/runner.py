@@ -27,7 +27,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .node_events import SCHEDULER, PodEvents
-from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
+from .pod_environment import ContainerPathView, IpAllocator, PodSetupError, container_launch, termination_message_file
 from .pod_network import POD_IP_ENV, bind_shim, claim_network
 
 logger = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ class PodRunner:
             log = pod_log_path(self.root, pod["metadata"]["namespace"], pod["metadata"]["name"])
             lines = log.read_text(errors="replace").splitlines()[-80:] if log.exists() else []
             text = "\n".join(lines)[-2048:]
-        return text
+        return ContainerPathView.of_pod(self._pod_dir(pod)).text(text)  # the paths the container printed
 
     def _exited(self, pod: dict[str, Any], running: RunningContainer, code: int, start_error: str = "") -> None:
         policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
