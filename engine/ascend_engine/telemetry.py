@@ -201,11 +201,57 @@ def report_failure(reason: str, message: str) -> None:
         report_result({"status": "Failed", "reason": reason, "message": message[-2000:]})
 
 
+HEARTBEAT_S = 3.0  # a start-up step that lasts longer is said again: with a busy machine's delays, never 5 s of silence
+
+
+class _StartUp:
+    """The start-up step said last, repeated (``still importing torch (8s)``) every ``HEARTBEAT_S`` while it lasts:
+    importing torch and Megatron-core takes tens of seconds on a busy machine, with nothing of their own to say.
+    A daemon thread that wakes a few times a second; it neither slows the step nor writes anything but stderr."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._step: tuple[str, str, float, float, float] | None = None  # command, what, started, began, last said
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def said(self, command: str, what: str, started: float) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            self._step = (command, what, started, now, now)
+            if self._thread is None and not self._done.is_set():
+                self._thread = threading.Thread(target=self._beat, name="start-up heartbeat", daemon=True)
+                self._thread.start()
+
+    def finished(self) -> None:
+        self._done.set()
+
+    def _beat(self) -> None:
+        while not self._done.wait(min(0.5, HEARTBEAT_S / 4)):
+            with self._lock:
+                command, what, started, began, last = self._step
+                now = time.perf_counter()
+                if now - last < HEARTBEAT_S:
+                    continue
+                self._step = (command, what, started, began, now)
+            print(f"[{command}] {now - started:5.1f}s still {what} ({now - began:.0f}s)", file=sys.stderr, flush=True)
+
+
+_START_UP = _StartUp()
+
+
 def say(command: str, what: str, started: float) -> None:
     """A start-up line from global rank 0 (stderr, like the other progress lines), so a pod's log says what the
-    command is doing during the tens of seconds before its first result: ``[train]  19.1s building the model``."""
+    command is doing during the tens of seconds before its first result: ``[train]  19.1s building the model``;
+    said again every few seconds while the step lasts, until ``started_up()``."""
     if os.environ.get("RANK", "0") == "0":
         print(f"[{command}] {time.perf_counter() - started:5.1f}s {what}", file=sys.stderr, flush=True)
+        _START_UP.said(command, what, started)
+
+
+def started_up() -> None:
+    """The command has begun its own work and reports its progress itself: no more start-up lines."""
+    _START_UP.finished()
 
 
 def fail(command: str, message: str, reason: str, exit_code: int = 2) -> int:

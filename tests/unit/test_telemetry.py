@@ -1,6 +1,9 @@
 """Rank 0's metrics endpoint as the operator reads it: nothing before the first report, then the figures."""
+import re
 import socket
+import time
 
+from ascend_engine import telemetry
 from ascend_engine.telemetry import Metrics
 from ascend_operator.progress import scrape
 
@@ -41,3 +44,25 @@ def test_preference_rewards_reach_the_job_status():
     assert preference_fields({"lm loss": 2.0}) == {}  # SFT reports no rewards
     metrics.set(iteration=4, **preference_fields({"lm loss": 0.2, "steps/accuracy": 0.75}))  # prm
     assert TrainProgress.model_validate(scrape(f"http://127.0.0.1:{port}/metrics")).stepAccuracy == 0.75
+
+
+def test_a_long_start_up_step_is_said_again_until_the_command_has_started(capsys, monkeypatch):
+    """Importing torch and Megatron-core takes tens of seconds on a busy machine: the step is said again every
+    HEARTBEAT_S (with its own seconds) so a pod's log is never silent for long, and no more once started up."""
+    monkeypatch.setattr(telemetry, "HEARTBEAT_S", 0.3)
+    monkeypatch.setattr(telemetry, "_START_UP", telemetry._StartUp())
+    monkeypatch.delenv("RANK", raising=False)
+    started = time.perf_counter()
+    telemetry.say("train", "importing torch", started)
+    time.sleep(1.4)
+    telemetry.say("train", "building the model", started)
+    time.sleep(0.9)
+    telemetry.started_up()
+    before = capsys.readouterr().err.splitlines()
+    time.sleep(1.0)
+    assert capsys.readouterr().err == ""  # quiet once the command speaks for itself
+    assert before[0].startswith("[train]") and before[0].endswith("s importing torch")
+    still = [line for line in before if "still importing torch" in line]
+    assert len(still) >= 2 and all(re.search(r"s still importing torch \(\d+s\)$", line) for line in still), before
+    assert before.index(next(line for line in before if line.endswith("s building the model"))) > before.index(still[-1])
+    assert any("still building the model (" in line for line in before), before

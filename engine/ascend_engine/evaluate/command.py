@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ..config.evaluate import EvaluateConfig
 from ..config.loader import ConfigError, add_flags, build_config
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not cfg.load:
         raise ConfigError(f"{args.config or 'command line'}: load: a checkpoint to evaluate is required (--load)")
+    from ..telemetry import say
+
+    say("evaluate", "importing torch", time.perf_counter())
     from ..checkpoint.training import CheckpointMismatch
     from ..convert.torch_file import CheckpointFileError
     from .runner import evaluate

@@ -71,7 +71,7 @@ def check_vocabulary(tokenizer, vocab_size: int, load: str, tokenizer_path: str)
 def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     """Run every task; the results on global rank 0 (None elsewhere). Collective over the torchrun world."""
     from ..device import select_backend
-    from ..telemetry import say
+    from ..telemetry import say, started_up
 
     started = time.perf_counter()
     backend = select_backend(cfg.device)
@@ -119,6 +119,7 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         prompter = Prompter(tokenizer, template)
         rank0 = info.rank == 0
         results = []
+        started_up()  # each task's progress line speaks from here on
         for task, questions in tasks:
             mine = share(questions, info.dp_rank, info.dp)
             say("evaluate", f"{task}: {len(questions)} questions", started)

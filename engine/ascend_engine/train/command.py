@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from ..config.loader import ConfigError, add_flags, build_config
 from ..config.train import TrainConfig
@@ -33,6 +34,9 @@ def load_config(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
+    from ..telemetry import say
+
+    say("train", "importing torch", time.perf_counter())
     from ..checkpoint.training import CheckpointMismatch
     from ..data.sources import DataError
     from ..device import select_backend

@@ -9,7 +9,7 @@ import torch
 from ..config.train import TrainConfig
 from ..device import Backend
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
-from ..telemetry import Metrics, Progress, preference_fields, say
+from ..telemetry import Metrics, Progress, preference_fields, say, started_up
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
 from .preemption import PreemptionWatch
@@ -204,6 +204,7 @@ class Trainer:
         while self.iteration < t.trainIters:
             step_start = time.perf_counter()
             loss, grad_norm, applied = self.train_step()
+            started_up()  # from here on the step lines and progress speak
             preemption.step_done(time.perf_counter() - step_start)
             losses.append(loss)
             window_steps += 1
