@@ -71,7 +71,7 @@ def test_every_flag_is_imported_or_named(name):
     job = imported(name)
     launch, _ = find_launch(read_script((SCRIPTS / name).read_text()))
     fields = {n: path for path, _, flag in iter_flag_fields(TrainConfig) for n in flag.names} | ALIASES
-    skipped = {s.flag for s in job.skipped}
+    skipped = {s.flag for s in job.skipped} | {w.split()[0] for w in job.no_effect}
     train = job.manifest["spec"]["train"]
     for flag, _values in launch.flags:
         if flag in skipped:
@@ -102,7 +102,7 @@ def test_qwen3_1point7b_pretrain_from_seed_002():
                            {"name": "NPU_ASD_ENABLE", "value": "0"}]
     skipped = {s.flag: s.values for s in job.skipped}
     assert skipped["--spec"] == ["mindspeed_llm.tasks.models.spec.qwen3_spec", "layer_spec"]
-    assert {"--use-flash-attn", "--distributed-backend"} <= set(skipped)
+    assert {"--use-flash-attn", "--distributed-backend nccl"} <= set(job.no_effect)  # speed, not results
     assert "/fuyuxin/dataset/enwiki_text_document" in job.paths and "/model/Qwen3-1point7B" in job.paths
 
 
@@ -197,10 +197,13 @@ def test_cli_writes_a_manifest_the_train_command_accepts(tmp_path, capsys):
     script = SCRIPTS / "tune_qwen3_14b_4K_full_alpaca_ptd.sh"
     assert engine_main(["import-script", str(script), "-o", str(out), "--namespace", "llm"]) == 0
     err = capsys.readouterr().err
-    assert "not imported: --use-flash-attn: no TrainConfig field takes this flag" in err
+    assert "not imported: --attention-softmax-in-fp32: no TrainConfig field takes this flag" in err
+    assert re.search(r"^no effect here \(acceleration switches: .*\): .*--use-flash-attn", err, re.M)
+    assert "not imported: --use-flash-attn" not in err
     assert err.strip().splitlines()[-1].startswith(f"import-script: {script} -> {out}: ")
     text = out.read_text()
-    assert "#   --use-flash-attn: no TrainConfig field takes this flag" in text
+    assert "#   --attention-softmax-in-fp32: no TrainConfig field takes this flag" in text
+    assert re.search(r"^# No effect here \(.*\): .*--use-fused-rmsnorm", text, re.M)
     assert "#   /apps/hw/weights/Qwen3-14B/" in text
     assert yaml.safe_load(text)["metadata"]["namespace"] == "llm"
     assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left behind
@@ -333,3 +336,69 @@ def test_keep_as_is_makes_the_scripts_own_torchrun_line_the_trainer(tmp_path, ca
     assert train_main(["validate", "-f", str(out)]) == 0
     assert "valid" in capsys.readouterr().out
     assert engine_main(["import-script", str(script), "--keep-as-is"]) == 2  # whose image? it must be said
+
+
+INFERENCE = SCRIPTS / "inference"
+
+
+def test_acceleration_switches_have_no_effect_and_do_not_make_strict_fail(tmp_path, capsys):
+    """Fused kernels, overlaps and MC2 change speed, not results: named apart as 'no effect here'; --strict
+    counts only flags that would change the run."""
+    script = tmp_path / "tune_fast.sh"
+    script.write_text((SCRIPTS / "tune_qwen25_7b_4k_full_ptd.sh").read_text().replace(
+        "torchrun $DISTRIBUTED_ARGS posttrain_gpt.py", "torchrun $DISTRIBUTED_ARGS posttrain_gpt.py --use-mc2 "
+        "--use-fused-rmsnorm --use-flash-attn --overlap-grad-reduce --no-masked-softmax-fusion"))
+    job = import_script(script.read_text(), str(script))
+    assert {"--use-mc2", "--use-fused-rmsnorm", "--use-flash-attn", "--overlap-grad-reduce"} <= set(job.no_effect)
+    assert not {s.flag for s in job.skipped} & set(job.no_effect)
+    strict = 1 if job.skipped else 0  # the fixture's own flags that change the run still count
+    assert engine_main(["import-script", str(script), "-o", str(tmp_path / "job.yaml"), "--strict"]) == strict
+    assert "no effect here" in capsys.readouterr().err
+
+
+def test_evaluation_script_becomes_an_evaluation_job_the_evaluate_command_reads(tmp_path, capsys):
+    """evaluate_*.sh (evaluation.py) -> an AscendTrainJob with only spec.evaluation: accepted by the API server's
+    schema and rules, read back by `ascend-engine evaluate --config` as spec.evaluation; the model's flags are
+    the checkpoint's and named in one note."""
+    from ascend_engine.config.evaluate import EvaluateConfig
+
+    out = tmp_path / "eval.yaml"
+    script = INFERENCE / "evaluate_qwen3_14b_full_mmlu_ptd.sh"
+    assert engine_main(["import-script", str(script), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    manifest = yaml.safe_load(out.read_text())
+    spec = manifest["spec"]
+    assert "train" not in spec and (spec["nnodes"], spec["nprocPerNode"]) == (1, 8)
+    assert server_side_errors(manifest) == []
+    cfg = build_config(EvaluateConfig, argparse.Namespace(), {}, str(out), section="evaluation")
+    assert cfg.task == ["mmlu"] and cfg.taskDataPath == ["/apps/hw/datasets/mmlu/data/test"]
+    assert cfg.load == "/apps/hw/outputs/qwen3/14b/save_weights_sft/qwen3_14b_mcore_tp2pp4/"
+    assert (cfg.tensorModelParallelSize, cfg.pipelineModelParallelSize, cfg.promptType) == (2, 4, "empty")
+    assert re.search(r"^note: taken from the checkpoint \(--load\).*--num-layers 40 .*--bf16$", err, re.M)
+    assert "not imported: --num-layers" not in err and "not imported: --use-fused-rmsnorm" not in err
+    assert "evaluation of mmlu, 1 x 8 devices" in err.splitlines()[-1]
+    job = import_script(script.read_text(), str(script), preset={"TASK": "human_eval"})
+    assert job.manifest["spec"]["evaluation"]["task"] == ["humaneval"]  # MindSpeed-LLM's spelling
+
+
+def test_generation_script_becomes_a_generate_command(tmp_path, capsys):
+    """generate_*.sh (inference.py) -> a shell script running `ascend-engine generate` with TP x PP processes
+    (the checkpoint's layout) and flags the generate command's own parser accepts."""
+    import shlex
+
+    from ascend_engine.config.loader import add_flags
+    from ascend_engine.generate.config import GenerateConfig
+
+    out = tmp_path / "generate.sh"
+    assert engine_main(["import-script", str(INFERENCE / "generate_qwen3_14b_full_ptd.sh"), "-o", str(out)]) == 0
+    assert "an ascend-engine generate command" in capsys.readouterr().err
+    text = out.read_text()
+    assert text.startswith("#!/bin/sh\n")
+    line = shlex.split(text.strip().splitlines()[-1])
+    assert line[:5] == ["torchrun", "--nproc-per-node=8", "-m", "ascend_engine", "generate"]
+    assert line[-2:] == ["--prompt", "$1"]
+    parser = argparse.ArgumentParser()
+    dests = add_flags(parser, GenerateConfig)
+    cfg = build_config(GenerateConfig, parser.parse_args([*line[5:-2], "--prompt", "Hello"]), dests)
+    assert cfg.load == "/apps/hw/outputs/qwen3/14b/save_weights_sft/qwen3_14b_mcore_tp2pp4"
+    assert (cfg.tokenizerNameOrPath, cfg.maxNewTokens, cfg.seed) == ("/apps/hw/weights/Qwen3-14B/", 256, 42)

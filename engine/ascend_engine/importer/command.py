@@ -1,7 +1,8 @@
 """``ascend-engine import-script tune_xxx.sh -o job.yaml``: a MindSpeed-LLM launch script -> AscendTrainJob.
 
 By default the launch is translated to the engine's ``train`` config; ``--keep-as-is --image IMAGE`` keeps the
-script's own ``torchrun ... pretrain_gpt.py`` line as the job's ``trainer`` instead (importer/keep.py).
+script's own ``torchrun ... pretrain_gpt.py`` line as the job's ``trainer`` instead (importer/keep.py). An
+evaluation or generation script becomes an evaluation job or a generate command (importer/inference.py).
 
 The YAML starts with comments listing every flag that was not imported (and why) and the paths the job
 uses, which need volumes; the same list goes to stderr.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -17,13 +19,16 @@ from pathlib import Path
 import yaml
 
 from ..config.loader import ConfigError
+from .accelerations import NO_EFFECT_REASON
 from .job import DEFAULT_IMAGE, ImportedJob, import_script
 from .keep import import_as_is
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("script", help="the launch script (tune_*.sh, pretrain_*.sh)")
-    parser.add_argument("-o", "--output", help="write the manifest here (default: stdout)")
+    parser.add_argument("script", help="the launch script (tune_*.sh, pretrain_*.sh; evaluate_*.sh -> an "
+                                       "evaluation job; generate_*.sh -> an ascend-engine generate command)")
+    parser.add_argument("-o", "--output", help="write the manifest (for generate_*.sh a shell script) here "
+                                               "(default: stdout)")
     parser.add_argument("--image", help="image for the pods (default: the Dockerfile's engine-ascend target; "
                                             "with --keep-as-is, required: your MindSpeed-LLM image)")
     parser.add_argument("--keep-as-is", action="store_true",
@@ -52,19 +57,27 @@ def _preset(pairs: list[str]) -> dict[str, str]:
 
 
 def render(job: ImportedJob, source: str) -> str:
-    lines = [f"# Imported from {source} by `ascend-engine import-script`."]
+    """The manifest (or, for a generation script, a shell script) with what was left behind as comments."""
+    lines = ["#!/bin/sh"] if job.command_line else []
+    lines.append(f"# Imported from {source} by `ascend-engine import-script`.")
     if job.gaps:
         lines.append("# INCOMPLETE (written with --allow-incomplete): this job would not train what the script trains:")
         lines += [f"#   {g}" for g in job.gaps]
     if job.skipped:
         lines.append(f"# Flags not imported ({len(job.skipped)}):")
         lines += [f"#   {s}" for s in job.skipped]
+    if job.no_effect:
+        lines.append(f"# No effect here ({NO_EFFECT_REASON}): {' '.join(job.no_effect)}")
     if job.notes:
         lines.append("# Not carried over:")
         lines += [f"#   {n}" for n in job.notes]
     if job.paths:
-        lines.append("# Paths the job uses; mount them with spec.volumes / spec.volumeMounts:")
+        lines.append("# Paths the command reads:" if job.command_line else
+                     "# Paths the job uses; mount them with spec.volumes / spec.volumeMounts:")
         lines += [f"#   {p}" for p in job.paths]
+    if job.command_line:
+        lines += ["# Usage: sh THIS_FILE 'the prompt to continue'", shlex.join(job.command_line) + ' "$1"']
+        return "\n".join(lines) + "\n"
     return "\n".join(lines) + "\n" + yaml.safe_dump_all(job.documents, sort_keys=False, allow_unicode=True)
 
 
@@ -94,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
                             name=args.name, namespace=args.namespace, preset=_preset(args.preset))
     for s in job.skipped:
         print(f"not imported: {s}", file=sys.stderr)
+    if job.no_effect:
+        print(f"no effect here ({NO_EFFECT_REASON}): {' '.join(job.no_effect)}", file=sys.stderr)
     for note in job.notes:
         print(f"note: {note}", file=sys.stderr)
     for gap in job.gaps:
@@ -113,6 +128,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; the script's own trainer, "
               f"{len(spec['trainer']['args'])} arguments kept, {spec['nnodes']} x {spec['nprocPerNode']} devices",
               file=sys.stderr)
+    elif job.command_line:
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: an ascend-engine generate command "
+              f"({len(job.skipped)} flags not imported)", file=sys.stderr)
+    elif job.manifest and "evaluation" in job.manifest["spec"]:
+        spec = job.manifest["spec"]
+        print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; evaluation of "
+              f"{', '.join(spec['evaluation']['task'])}, {spec['nnodes']} x {spec['nprocPerNode']} devices, "
+              f"{len(job.skipped)} flags not imported", file=sys.stderr)
     elif job.manifest:
         spec = job.manifest["spec"]
         print(f"import-script: {args.script} -> {args.output or 'stdout'}: {kinds}; {job.mapped_count()} training "

@@ -33,6 +33,8 @@ class ImportedJob:
     paths: list[str] = field(default_factory=list)  # absolute paths the job reads or writes: mount them
     gaps: list[str] = field(default_factory=list)  # why the job would not train what the script trains
     tools: list[dict[str, Any]] = field(default_factory=list)  # DatasetPrep / CheckpointConvert, in script order
+    no_effect: list[str] = field(default_factory=list)  # acceleration switches (accelerations.py), as written
+    command_line: list[str] | None = None  # a generation script: the ascend-engine generate command, not a resource
 
     @property
     def documents(self) -> list[dict[str, Any]]:
@@ -153,6 +155,10 @@ def import_script(text: str, source: str, *, image: str = DEFAULT_IMAGE, name: s
     try:
         launch, other_launches = find_launch(script, skip=lambda c: tool_of(c) is not None)
         nproc, nnodes, notes = _launch_shape(launch.launcher, launch.line)
+        from .inference import import_inference  # evaluation.py / inference.py launches
+
+        if inferred := import_inference(script, launch, source, image=image, name=base, namespace=namespace):
+            return inferred
     except ScriptError as e:
         if tools and "no training launch found" in str(e):  # a conversion or preprocessing script
             notes = [f"{source}: {w}" for w in script.warnings] + tool_skipped
@@ -187,4 +193,5 @@ def import_script(text: str, source: str, *, image: str = DEFAULT_IMAGE, name: s
     if namespace:
         metadata["namespace"] = namespace
     manifest = {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.kind, "metadata": metadata, "spec": spec}
-    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped), lost, tools)
+    return ImportedJob(manifest, mapped.skipped, notes, _paths(spec["train"], mapped.skipped), lost, tools,
+                       mapped.no_effect)

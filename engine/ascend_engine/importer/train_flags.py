@@ -1,4 +1,5 @@
-"""Map a launch's training flags onto ``TrainConfig`` through the train command's own parser.
+"""Map a launch's training flags onto ``TrainConfig`` through the train command's own parser (or an evaluation
+script's onto ``EvaluateConfig`` through the evaluate command's).
 
 The parser is the one ``ascend-engine train`` uses (``train.command.add_arguments``: one option per
 ``Flag`` from ``iter_flag_fields``, plus its aliases such as ``--bf16``), so a field added to the models is
@@ -11,10 +12,12 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from ..config.loader import add_flags
 from ..config.train import TrainConfig
 from ..train.command import add_arguments
+from .accelerations import has_no_effect
 
 _DEST_PREFIX = "cfg__"
 
@@ -35,6 +38,7 @@ class MappedFlags:
     data: dict[str, Any] = field(default_factory=dict)     # nested YAML of TrainConfig
     mapped: dict[tuple[str, ...], str] = field(default_factory=dict)  # YAML path -> flag that set it
     skipped: list[Skipped] = field(default_factory=list)
+    no_effect: list[str] = field(default_factory=list)  # acceleration switches (accelerations.py), as written
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -45,6 +49,13 @@ class _RaisingParser(argparse.ArgumentParser):
 def train_parser() -> argparse.ArgumentParser:
     parser = _RaisingParser(prog="train", allow_abbrev=False, exit_on_error=False, add_help=False)
     add_arguments(parser)
+    return parser
+
+
+def model_parser(model: type[BaseModel]) -> argparse.ArgumentParser:
+    """One option per flagged field of ``model``, as its command adds them."""
+    parser = _RaisingParser(prog=model.__name__, allow_abbrev=False, exit_on_error=False, add_help=False)
+    add_flags(parser, model)
     return parser
 
 
@@ -60,10 +71,13 @@ def _unset(data: dict, path: tuple[str, ...]) -> None:
     data.pop(path[-1], None)
 
 
-def map_flags(flags: list[tuple[str, list[str]]]) -> MappedFlags:
-    parser = train_parser()
+def map_flags(flags: list[tuple[str, list[str]]], model: type[BaseModel] = TrainConfig) -> MappedFlags:
+    parser = train_parser() if model is TrainConfig else model_parser(model)
     out = MappedFlags()
     for flag, values in flags:
+        if has_no_effect(flag):
+            out.no_effect.append(" ".join([flag, *values]))
+            continue
         try:
             ns, rest = parser.parse_known_args([flag, *values])
         except argparse.ArgumentError as e:
@@ -71,7 +85,7 @@ def map_flags(flags: list[tuple[str, list[str]]]) -> MappedFlags:
             continue
         dests = {k: v for k, v in vars(ns).items() if k.startswith(_DEST_PREFIX)}
         if not dests:
-            out.skipped.append(Skipped(flag, values, "no TrainConfig field takes this flag"))
+            out.skipped.append(Skipped(flag, values, f"no {model.__name__} field takes this flag"))
             continue
         for dest, value in dests.items():
             path = tuple(dest[len(_DEST_PREFIX):].split("__"))
@@ -79,15 +93,15 @@ def map_flags(flags: list[tuple[str, list[str]]]) -> MappedFlags:
             out.mapped[path] = flag
         if rest:
             out.skipped.append(Skipped(flag, rest, f"extra values after {flag}"))
-    _drop_invalid(out)
+    _drop_invalid(out, model)
     return out
 
 
-def _drop_invalid(out: MappedFlags) -> None:
+def _drop_invalid(out: MappedFlags, model: type[BaseModel]) -> None:
     """Validate field by field: a value the model rejects is reported against its flag and left out."""
     for _ in range(len(out.mapped) + 1):
         try:
-            TrainConfig.model_validate(out.data)
+            model.model_validate(out.data)
             return
         except ValidationError as e:
             attributable = []
