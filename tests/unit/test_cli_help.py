@@ -22,7 +22,7 @@ def test_ascend_train_help_has_no_markup_and_explains_every_positional():
     assert "``" not in parser.format_help() and "`" not in parser.format_help()
     for name, sub in _subparsers(parser):
         text = sub.format_help()
-        assert "``" not in text and "(default: None)" not in text, name
+        assert "`" not in text and "(default: None)" not in text, name
         for action in sub._actions:
             if not action.option_strings and not isinstance(action, argparse._SubParsersAction):
                 assert action.help, f"ascend-train {name}: positional {action.dest} has no help"

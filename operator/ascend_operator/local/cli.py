@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
         dest="local_command", required=True)
-    local.add_parser("down", help="stop the `local up` running on --root").set_defaults(func=down)
+    local.add_parser("down", help="stop the 'local up' running on --root").set_defaults(func=down)
     for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
                              ("demo", demo, "up, apply a file and follow its jobs to the end")):
         sub = local.add_parser(name, help=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
