@@ -51,8 +51,9 @@ def _failure_is_where_users_look(cluster: LocalCluster, capsys) -> None:
         assert out.returncode == 0, out.stderr
         return out.stdout
 
-    # The local runner rewrites the claim's mount path to its directory; a kubelet would leave it as written.
-    cause = "failed: exit code 1 (Error): bad training data: data.dataPath: no dataset for prefix '"
+    # The local runner ran the engine on the claim's directory; the cause quotes the path as a pod on a cluster
+    # would (the container's /workspace/...), not the host directory behind it.
+    cause = "failed: exit code 1 (Error): bad training data: data.dataPath: no dataset for prefix '" + MISSING
     wide = run("get", "atj", "nodata", "-o", "wide")
     assert wide.splitlines()[0].split()[-1] == "FAILURE" and cause in wide and "no-such-corpus" in wide, wide
     assert "Traceback" not in wide and "ChildFailedError" not in wide
