@@ -81,7 +81,7 @@ def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, 
     config = client.CoreV1Api(api_client).read_namespaced_config_map("evonly-config", "default").data
     assert set(config) == {"evaluation.yaml"} and yaml.safe_load(config["evaluation.yaml"])["load"] == "/models/qwen3"
     command = pods[0].spec.containers[0].command
-    assert command[0] == "torchrun"
+    assert command[:3] == ["python3", "-m", "ascend_engine.launcher"]
     assert command[-4:] == ["ascend_engine", "evaluate", "--config", "/etc/ascendtrain/evaluation.yaml"]
     assert "train" not in command and "sh" not in pods[1].spec.containers[0].command
     summary = {"summary": "mmlu=0.5000", "checkpoint": "/models/qwen3", "finishedAt": "2026-11-23T16:00:00Z",

@@ -34,8 +34,8 @@ def test_the_pods_only_evaluate_the_given_checkpoint():
     evaluation = yaml.safe_load(config["data"]["evaluation.yaml"])
     assert evaluation["load"] == "/models/qwen3" and evaluation["tensorModelParallelSize"] == 2
     master, worker = (render.pod("ev", "default", spec, i)["spec"]["containers"][0]["command"] for i in (0, 1))
-    assert master[0] == "torchrun" and "--master-port=$(MASTER_PORT)" in master
-    assert master[master.index("-m"):] == ["-m", "ascend_engine", "evaluate", "--config",
+    assert master[:3] == ["python3", "-m", "ascend_engine.launcher"] and "--master-port=$(MASTER_PORT)" in master
+    assert master[master.index("-m", 3):] == ["-m", "ascend_engine", "evaluate", "--config",
                                            "/etc/ascendtrain/evaluation.yaml"]
     assert "train" not in master
     assert worker[:2] == ["ascend-engine", "wait-for-master"] and worker[worker.index("--") + 1:] == master

@@ -16,7 +16,7 @@ def _spec(**overrides):
 def test_workers_wait_for_the_master_then_run_torchrun():
     spec = _spec(masterWaitSeconds=90)
     master, worker = render.pod("j", "ns", spec, 0), render.pod("j", "ns", spec, 1)
-    assert master["spec"]["containers"][0]["command"][0] == "torchrun"
+    assert master["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "ascend_engine.launcher"]
     command = worker["spec"]["containers"][0]["command"]
     assert command[:6] == ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
                            "--timeout=90", "--"]

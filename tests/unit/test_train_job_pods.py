@@ -43,8 +43,8 @@ def test_every_pod_gets_the_torchrun_contract():
         if index:  # workers wait for the master's address before starting torchrun
             assert command[:2] == ["ascend-engine", "wait-for-master"]
             command = command[command.index("--") + 1:]
-        assert command[0] == "torchrun" and "--node-rank=$(NODE_RANK)" in command
-        assert command[command.index("-m") + 1] == "ascend_engine"
+        assert command[:3] == ["python3", "-m", "ascend_engine.launcher"] and "--node-rank=$(NODE_RANK)" in command
+        assert command[command.index("-m", 3) + 1] == "ascend_engine"
 
 
 def test_cpu_and_gpu_devices():

@@ -85,12 +85,12 @@ def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int
     return env
 
 
-TORCHRUN = [
-    "torchrun",
+LAUNCHER = [
+    "python3", "-m", "ascend_engine.launcher",  # torchrun, with a line while it imports torch
     "--nnodes=$(NNODES)", "--nproc-per-node=$(NPROC_PER_NODE)", "--node-rank=$(NODE_RANK)",
     "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
-    "-m", "ascend_engine", "train", "--config", CONFIG_FILE,
 ]
+TORCHRUN = [*LAUNCHER, "-m", "ascend_engine", "train", "--config", CONFIG_FILE]
 
 
 def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
@@ -116,12 +116,12 @@ def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
         return trainer_command(spec, index)
     run = list(TORCHRUN)
     if not spec.train:
-        run = [*TORCHRUN[:TORCHRUN.index("-m")], "-m", "ascend_engine", "evaluate", "--config", EVALUATION_FILE]
+        run = [*LAUNCHER, "-m", "ascend_engine", "evaluate", "--config", EVALUATION_FILE]
     elif spec.evaluation:
         # A second rendezvous on MASTER_PORT could reach pod 0's training store while it is still closing; the
         # evaluation meets on MASTER_PORT + 2 (inside a hostNetwork job's port block, below HCCL's ports).
         port = f"--master-port=$((MASTER_PORT + {EVALUATION_PORT_OFFSET}))"
-        launcher = [a for a in TORCHRUN[:TORCHRUN.index("-m")] if not a.startswith("--master-port=")]
+        launcher = [a for a in LAUNCHER if not a.startswith("--master-port=")]
         evaluate = f"{shlex.join(launcher)} {port} -m ascend_engine evaluate --config {EVALUATION_FILE}"
         run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {evaluate}"]
     if index == 0:
