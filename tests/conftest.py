@@ -1,5 +1,11 @@
 """Every test, and every process a test starts, keeps its caches (e.g. preprocessing's exact-BPE stamps) in a
-folder of this session instead of the user's ~/.cache."""
+folder of this session instead of the user's ~/.cache, and runs torch with one intra-op thread.
+
+One thread: the processes the tests start share the machine's few cores (two ranks of a job, two pods of the
+local cluster, the operator). torchrun sets OMP_NUM_THREADS=1 itself only with several processes per node; a
+local cluster's pods run one process each, so each took every core and their spinning threads fought (the
+quickstart's tiny TP2 job: 3.7 s an iteration instead of 0.07 s on a loaded 2-core machine). The pytest process
+already imported torch, so its own thread count is unchanged."""
 from __future__ import annotations
 
 import os
@@ -9,10 +15,12 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def session_cache_home(tmp_path_factory):
-    previous = os.environ.get("XDG_CACHE_HOME")
+    previous = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "OMP_NUM_THREADS")}
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     yield
-    if previous is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -1,8 +1,10 @@
 """Converted checkpoints load into megatron-core's GPTModel under torchrun on CPU and give the HF model's logits.
 
-For each (TP, PP) layout one torchrun launch loads every family's shards (strict load_state_dict), runs the
-forward pass stage to stage, gathers the vocab-parallel logits and saves them; the test compares them with
-the HF model's forward in fp32. Run as a script, this file is the torchrun worker.
+One torchrun launch of four processes goes through the (TP, PP) layouts in turn (the ranks left over are data
+parallel replicas): for each it loads every family's shards (strict load_state_dict), runs the forward pass
+stage to stage, gathers the vocab-parallel logits and saves them; each layout's test compares them with the HF
+model's forward in fp32. One launch, not one per layout: each rank's Megatron import costs seconds of CPU. Run
+as a script, this file is the torchrun worker.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """HF models, their logits on fixed tokens, and their conversions to every layout."""
+    """HF models, their logits on fixed tokens, their conversions to every layout, and one torchrun over all."""
     from ascend_engine.cli import main
     from test_convert_models import FAMILY_CONFIGS, make_hf_model
 
@@ -47,18 +49,19 @@ def converted(tmp_path_factory):
             assert main(["convert", "--load-dir", str(root / family / "hf"), "--save-dir",
                          str(root / family / f"tp{tp}pp{pp}"), "--target-tensor-parallel-size", str(tp),
                          "--target-pipeline-parallel-size", str(pp)]) == 0
-    return root, sorted(FAMILY_CONFIGS)
+    families = sorted(FAMILY_CONFIGS)
+    world = max(tp * pp for tp, pp in LAYOUTS)
+    cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(world), "--master-addr",
+           "127.0.0.1", "--master-port", str(free_port()), __file__, str(root), *families]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    return root, families
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("tp,pp", LAYOUTS)
 def test_megatron_logits_match_hf(converted, tp, pp):
     root, families = converted
-    cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(tp * pp), "--master-addr",
-           "127.0.0.1", "--master-port", str(free_port()), __file__, str(root), str(tp), str(pp), *families]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
     figures = {}
     for family in families:
         ref = torch.load(root / family / "reference.pt")
@@ -73,8 +76,16 @@ def test_megatron_logits_match_hf(converted, tp, pp):
     print(f"parity tp{tp}pp{pp}: " + json.dumps({f: f"{d:.2e}" for f, d in figures.items()}))
 
 
-def _worker(root: Path, tp: int, pp: int, families: list[str]) -> None:
-    """One torchrun rank: load this rank's shard of each family and run the pipeline forward."""
+def _worker(root: Path, families: list[str]) -> None:
+    """One torchrun rank: for each layout, load this rank's shard of each family and run the pipeline forward."""
+    from ascend_engine.parallel import destroy_parallel
+
+    for tp, pp in LAYOUTS:
+        _forward_layout(root, tp, pp, families)
+    destroy_parallel()
+
+
+def _forward_layout(root: Path, tp: int, pp: int, families: list[str]) -> None:
     from megatron.core import parallel_state
 
     from ascend_engine.checkpoint.layout import checkpoint_file, read_latest
@@ -82,7 +93,7 @@ def _worker(root: Path, tp: int, pp: int, families: list[str]) -> None:
     from ascend_engine.convert.megatron_io import model_config_from_args
     from ascend_engine.device import select_backend
     from ascend_engine.models.gpt import build_gpt_model
-    from ascend_engine.parallel import destroy_parallel, init_parallel
+    from ascend_engine.parallel import init_parallel
 
     info = init_parallel(select_backend("cpu"), tp, pp, seed=0)
     for family in families:
@@ -107,10 +118,10 @@ def _worker(root: Path, tp: int, pp: int, families: list[str]) -> None:
                 continue
             parts = [torch.empty_like(out) for _ in range(tp)]
             torch.distributed.all_gather(parts, out.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
-            if info.tp_rank == 0:
+            if info.tp_rank == 0 and info.dp_rank == 0:
                 torch.save(torch.cat(parts, dim=-1), root / family / f"logits_tp{tp}pp{pp}.pt")
-    destroy_parallel()
+    parallel_state.destroy_model_parallel()
 
 
 if __name__ == "__main__":
-    _worker(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
+    _worker(Path(sys.argv[1]), sys.argv[2:])

@@ -67,6 +67,7 @@ def test_pretrain_on_blended_data_learns_and_resumes_exactly(tmp_path, prepared)
     losses, _ = run_single(tmp_path, cfg | {"checkpoint": {"save": str(straight)}})
     assert len(losses) == 10 and losses[-1] < 0.8 * losses[0], losses
     first, _ = run_single(tmp_path, cfg | {"checkpoint": {"save": str(resumed)}}, "--exit-interval", "5")
+    assert (resumed / "latest_checkpointed_iteration.txt").read_text().strip() == "5"  # --exit-interval saved
     second, out = run_single(tmp_path, cfg | {"checkpoint": {"save": str(resumed), "load": str(resumed)}})
     assert "loaded checkpoint" in out and "consumed samples:           24" in out
     assert first == losses[:5]

@@ -3,6 +3,7 @@ layers, resuming with --lora-load continues exactly, and `ascend-engine convert`
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -47,9 +48,13 @@ def test_lora_trains_only_adapters_shards_resumes_and_merges(tmp_path):
             "checkpoint": {"load": str(base)},
             "lora": {"loraR": R, "loraAlpha": ALPHA, "loraTargetModules": TARGETS}}
 
-    # 10 steps straight in one process: the base is bit-identical afterwards, every adapter changed.
+    # 10 steps straight in one process: the base is bit-identical afterwards, every adapter changed. It saves
+    # its adapter at 5 and 10; the one at 5 is what a resume must continue from (--exit-interval's stop-and-save
+    # is checked in test_train_data).
+    straight_dir = tmp_path / "straight"
     path = tmp_path / "straight.yaml"
-    path.write_text(yaml.safe_dump(lora))
+    path.write_text(yaml.safe_dump({**lora, "checkpoint": {**lora["checkpoint"], "save": str(straight_dir),
+                                                            "saveInterval": 5}}))
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
     proc = subprocess.run([sys.executable, "-c", FROZEN_CHECK, str(path)], capture_output=True, text=True,
                           timeout=120, env={**env, "OMP_NUM_THREADS": "1"})
@@ -62,14 +67,15 @@ def test_lora_trains_only_adapters_shards_resumes_and_merges(tmp_path):
 
     # 5 + --lora-load + 5: the adapter checkpoint alone (with the base from --load) continues exactly.
     adapter_dir = tmp_path / "adapter"
-    resumed = {**lora, "checkpoint": {**lora["checkpoint"], "save": str(adapter_dir)}}
-    first, _ = run_single(tmp_path, resumed, "--exit-interval", "5")
+    shutil.copytree(straight_dir / "iter_0000005", adapter_dir / "iter_0000005")
+    (adapter_dir / "latest_checkpointed_iteration.txt").write_text("5\n")
     state = torch.load(adapter_dir / "iter_0000005/mp_rank_00/model_optim_rng.pt", weights_only=False)
     assert len(state["model"]) == adapters and all(".lora_" in k for k in state["model"]), list(state["model"])
     assert state["args"].lora_r == R and state["args"].lora_target_modules == TARGETS
+    resumed = {**lora, "checkpoint": {**lora["checkpoint"], "save": str(adapter_dir)}}
     second, out = run_single(tmp_path, {**resumed, "lora": {**lora["lora"], "loraLoad": str(adapter_dir)}})
     assert "LoRA adapters" in out
-    np.testing.assert_allclose(first + second, straight, rtol=1e-5)
+    np.testing.assert_allclose(second, straight[5:], rtol=1e-5)
 
     # TP=2: A or B split like the layer, the same model, the same losses; the TP=2 adapter merges into the
     # TP=1 base as W + (alpha / r) B A.

@@ -20,20 +20,9 @@ LR = re.compile(r"learning rate: (\S+) \|")
 def test_resume_continues_exactly(tmp_path):
     config = {**TINY, "training": {**TINY["training"], "trainIters": 10},
               "optimizer": {"lr": 3e-3, "lrDecayStyle": "cosine", "lrWarmupIters": 2}}
-    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
-
-    proc, straight = run_train(tmp_path, {**config, "checkpoint": {"save": str(straight_dir)}}, name="a.yaml")
-    assert_ok(proc)
-    proc, first = run_train(tmp_path, {**config, "checkpoint": {"save": str(resumed_dir)}}, "--exit-interval", "5",
-                            name="b.yaml")
-    assert_ok(proc)
-    assert [s[0] for s in first] == [1, 2, 3, 4, 5]
-    assert (resumed_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "5"
-
-    proc, second = run_train(tmp_path, {**config, "checkpoint": {"save": str(resumed_dir), "load": str(resumed_dir)}},
-                             name="c.yaml")
-    assert_ok(proc)
-    assert "loaded checkpoint" in proc.stdout
+    # --exit-interval's stop-and-save is checked in test_train_data (a torchrun here costs about 10 s).
+    straight, second, stdout, straight_dir, resumed_dir = _resume_from_iteration_5(tmp_path, config, nproc=2)
+    assert "loaded checkpoint" in stdout
     assert [(s[0], s[1]) for s in second] == [(i, 4 * i) for i in range(6, 11)], "iteration or data position lost"
     for (it, _, a), (_, _, b) in zip(straight[5:], second):
         assert abs(a - b) <= TOLERANCE * max(1.0, abs(a)), f"iteration {it}: straight {a} vs resumed {b}"
