@@ -56,6 +56,18 @@ def test_cpu_and_gpu_devices():
     assert gpu["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
+def test_cpu_limit_sets_the_thread_count_per_process():
+    """torch would start a thread per core of the node in every process; the container's CPU share decides."""
+    def threads(**overrides):
+        pod = render.pod("j", "ns", _spec(devices={"resource": "none"}, **overrides), 0)
+        return [e.get("value") for e in pod["spec"]["containers"][0]["env"] if e["name"] == "OMP_NUM_THREADS"]
+
+    assert threads(resources={"limits": {"cpu": "16"}}) == ["2"]  # 8 processes share 16 cores
+    assert threads(resources={"requests": {"cpu": "500m"}}) == ["1"]  # never 0
+    assert threads(resources={"limits": {"cpu": "4"}}, env=[{"name": "OMP_NUM_THREADS", "value": "3"}]) == ["3"]
+    assert threads() == []  # no CPU figure: torch's own default
+
+
 def test_headless_service_and_config_map():
     spec = _spec()
     objects = render.objects("llm", "ns", spec)

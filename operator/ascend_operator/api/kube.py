@@ -76,7 +76,8 @@ class PodSettings(KubeModel):
     envFrom: Annotated[list[dict[str, Any]], Passthrough] = []
     """Variables from whole Secrets or ConfigMaps (secretRef / configMapRef, optional prefix), as in a Pod spec."""
     resources: ResourceList = ResourceList()
-    """CPU and memory requests and limits."""
+    """CPU and memory requests and limits. A CPU limit (else request) also sets OMP_NUM_THREADS to the cores per
+    process, unless env sets it: torch would otherwise start a thread per core of the node in every process."""
     serviceAccountName: str | None = None
     """Service account of the pods."""
     schedulerName: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from kubernetes.utils import parse_quantity
 
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
 from ..api.kube import PodSettings
@@ -30,8 +31,20 @@ def config_map(kind: str, name: str, engine_config: dict[str, Any]) -> dict[str,
     }
 
 
+def thread_env(settings: PodSettings, processes: int) -> list[dict[str, Any]]:
+    """``OMP_NUM_THREADS`` from the container's CPU limit (else its request), shared by its processes.
+
+    torch sizes its thread pool by the node's cores, not by the container's CPU quota: two CPU pods on one
+    node each start a thread per core and slow each other down by an order of magnitude (and a CPU-limited
+    container is throttled). The user's own ``OMP_NUM_THREADS`` wins; without a CPU figure nothing is set."""
+    cpu = settings.resources.limits.get("cpu") or settings.resources.requests.get("cpu")
+    if not cpu or any(e.name == "OMP_NUM_THREADS" for e in settings.env):
+        return []
+    return [{"name": "OMP_NUM_THREADS", "value": str(max(1, int(parse_quantity(cpu)) // processes))}]
+
+
 def container(settings: PodSettings, command: list[str], env: list[dict[str, Any]],
-              extra_limits: dict[str, str] | None = None) -> dict[str, Any]:
+              extra_limits: dict[str, str] | None = None, processes: int = 1) -> dict[str, Any]:
     resources = {k: dict(v) for k, v in (("requests", settings.resources.requests),
                                            ("limits", settings.resources.limits)) if v}
     for key, value in (extra_limits or {}).items():  # extended resources: requests must equal limits
@@ -45,7 +58,7 @@ def container(settings: PodSettings, command: list[str], env: list[dict[str, Any
         "image": settings.image,
         "imagePullPolicy": settings.imagePullPolicy,
         "command": command,
-        "env": env + [{"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG}]
+        "env": env + [{"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG}] + thread_env(settings, processes)
         + [e.to_pod() for e in settings.env],
         # The engine's final report (JSON) comes back in status.containerStatuses[].state.terminated.message.
         "terminationMessagePath": TERMINATION_LOG,

@@ -139,7 +139,7 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))
-    main = container(spec, command(spec, index), env, limits)
+    main = container(spec, command(spec, index), env, limits, processes=spec.nprocPerNode)
     if spec.trainer and spec.trainer.workingDir:
         main["workingDir"] = spec.trainer.workingDir
     body = pod_spec(spec, name, main)
