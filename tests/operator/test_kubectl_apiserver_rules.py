@@ -192,3 +192,30 @@ def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_pos
     events = _events_of(cluster, "greedy", {"FailedScheduling"})
     assert re.search(r"Warning\s+FailedScheduling\s+.*0/1 nodes are available: 1 Insufficient huawei.com/Ascend910",
                      events), events
+
+
+def test_the_operators_repeated_events_are_one_event_with_a_count(cluster, monkeypatch):
+    """As client-go's recorder: a repeat bumps count and LAST SEEN of the first Event; a deleted one is made anew."""
+    from kubernetes.config import kube_config
+    from ascend_operator.kubeclient import Kube
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    kube = Kube()
+    owner = kube._json("POST", "/api/v1/namespaces/default/configmaps", {  # any object with a uid
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "repeated", "namespace": "default"}})
+    for _ in range(3):
+        kube.post_event(owner, "BackoffLimitExceeded", "pod repeated-0 failed", warning=True)
+    kube.post_event(owner, "Restarting", "another reason, another event")
+    table = rows(kubectl(cluster, "get", "events", "-o", "wide", "--field-selector",
+                         "involvedObject.name=repeated").stdout)
+    assert table[0][-2:] == ["COUNT", "NAME"], table
+    repeated = [r for r in table[1:] if "BackoffLimitExceeded" in r]
+    assert len(repeated) == 1 and repeated[0][-2] == "3", table  # one row, COUNT 3
+    assert len(table) == 3, table
+    name = json.loads(kubectl(cluster, "get", "events", "--field-selector",
+                              "reason=BackoffLimitExceeded,involvedObject.name=repeated", "-o", "json").stdout)[
+        "items"][0]["metadata"]["name"]
+    kubectl(cluster, "delete", "event", name)
+    kube.post_event(owner, "BackoffLimitExceeded", "pod repeated-0 failed", warning=True)
+    again = json.loads(kubectl(cluster, "get", "events", "--field-selector",
+                               "reason=BackoffLimitExceeded,involvedObject.name=repeated", "-o", "json").stdout)["items"]
+    assert [e["count"] for e in again] == [4] and again[0]["metadata"]["name"] != name
