@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.cluster import OPERATOR_COMMAND, LocalCluster
 from ascend_operator.local.core_schemas import KUBERNETES_VERSION
 from test_kubectl import kubectl, pytestmark, rows  # noqa: F401 -- same binary, same skip conditions
 
@@ -219,3 +220,74 @@ def test_the_operators_repeated_events_are_one_event_with_a_count(cluster, monke
     again = json.loads(kubectl(cluster, "get", "events", "--field-selector",
                                "reason=BackoffLimitExceeded,involvedObject.name=repeated", "-o", "json").stdout)["items"]
     assert [e["count"] for e in again] == [4] and again[0]["metadata"]["name"] != name
+
+
+POLICY_REFUSALS = [  # (job, spec change, field the Failed condition names)
+    ("priv", {"securityContext": {"privileged": True}}, "spec.securityContext.privileged: Forbidden"),
+    ("caps", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
+     "spec.securityContext.capabilities.add: Forbidden: this operator's policy denies adding SYS_ADMIN"),
+    ("escalate", {"securityContext": {"allowPrivilegeEscalation": True}},
+     "spec.securityContext.allowPrivilegeEscalation: Forbidden"),
+    ("proc", {"securityContext": {"procMount": "Unmasked"}}, "spec.securityContext.procMount: Forbidden"),
+    ("hostpath", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]},
+     "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied"),
+    ("shadow", {"volumes": [{"name": "cfg", "emptyDir": {}}],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/ascendtrain"}]},
+     "spec.volumeMounts[0].mountPath: Forbidden: /etc/ascendtrain is over /etc/ascendtrain"),
+]
+
+
+def test_the_pod_policy_refuses_through_kubectl_and_torchrun_variables_win_over_env_from(cluster):
+    """jobPodPolicy's defaults, applied with the real kubectl: each hostile job fails at once with the field named
+    (kubectl get's FAILURE column, a Warning event), no pod is made; hostPID/hostIPC have no field, so the
+    server refuses them; a ConfigMap's NODE_RANK or MASTER_ADDR through envFrom loses to the operator's env."""
+    namespace = "policy"
+    # `kubectl create namespace|configmap` send protobuf, which the emulator does not speak: apply sends JSON.
+    assert _apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}).returncode == 0
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
+               ASCEND_OPERATOR_DASHBOARD_PORT="0")
+    with open(cluster.root / "policy-operator.log", "wb") as log:
+        operator = subprocess.Popen([*OPERATOR_COMMAND[:4], "--namespace", namespace, "--standalone"], env=env,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = yaml.safe_load(QUICKSTART.read_text())
+        base["spec"]["devices"] = {"resource": "huawei.com/Ascend910"}  # pods stay Pending: none run here
+        job = lambda name, change: base | {"metadata": {"name": name, "namespace": namespace},  # noqa: E731
+                                           "spec": copy.deepcopy(base["spec"]) | change}
+        hostile = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hostile", "namespace": namespace},
+                   "data": {"NODE_RANK": "7", "MASTER_ADDR": "evil.example"}}
+        documents = [hostile, job("envfrom", {"envFrom": [{"configMapRef": {"name": "hostile"}}]})] + [
+            job(name, change) for name, change, _ in POLICY_REFUSALS]
+        path = cluster.root / "policy.yaml"
+        path.write_text(yaml.safe_dump_all(documents))
+        kubectl(cluster, "apply", "-f", str(path))
+        path.write_text(yaml.safe_dump_all([job(field.lower(), {field: True}) for field in ("hostPID", "hostIPC")]))
+        refused = kubectl(cluster, "apply", "-f", str(path), check=False)
+        assert refused.returncode != 0 and 'unknown field "spec.hostPID"' in refused.stderr \
+            and 'unknown field "spec.hostIPC"' in refused.stderr, refused.stderr
+        deadline = time.monotonic() + 60
+        while True:
+            table = kubectl(cluster, "get", "atj", "-n", namespace, "-o", "wide").stdout
+            pods = json.loads(kubectl(cluster, "get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+            if all(f" {field}" in table for _, _, field in POLICY_REFUSALS) and len(pods) == 2:
+                break
+            assert time.monotonic() < deadline, table
+            time.sleep(0.5)
+        events = kubectl(cluster, "get", "events", "-n", namespace).stdout
+        for name, _, field in POLICY_REFUSALS:
+            row = next(line for line in table.splitlines() if line.startswith(name + " "))
+            assert " Failed " in row and field in row, row
+            assert re.search(rf"Warning\s+PolicyViolation\s+ascendtrainjob/{name}\s+.*{re.escape(field[:40])}",
+                             events), events
+        assert {p["metadata"]["labels"]["ascendtrain.dev/job-name"] for p in pods} == {"envfrom"}
+        for pod in pods:
+            container = pod["spec"]["containers"][0]
+            env_vars = {e["name"]: e.get("value") for e in container["env"]}
+            assert container["envFrom"] == [{"configMapRef": {"name": "hostile"}}]
+            # A container's env wins over its envFrom (Kubernetes' rule), and the operator sets every variable of
+            # torchrun's launcher in env; RANK is set by torchrun itself in each worker's environment.
+            assert env_vars["MASTER_ADDR"].startswith("envfrom-0.envfrom."), env_vars
+            assert {"MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"} <= set(env_vars), env_vars
+    finally:
+        os.killpg(operator.pid, signal.SIGTERM)
+        operator.wait(30)
