@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import threading
 import time
-import uuid
 from functools import cached_property
 from urllib.parse import quote, urlencode
 from typing import Any, Callable, TypeVar
@@ -249,7 +248,8 @@ class Kube:
         at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            # client-go's naming: <object>.<UnixNano in hex>, so a listing in key order is in time order
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta["uid"]},
             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",

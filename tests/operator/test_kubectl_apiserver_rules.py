@@ -181,6 +181,8 @@ def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_pos
     for reason, source in (("Scheduled", "default-scheduler"), ("Pulled", "kubelet"), ("Created", "kubelet"),
                            ("Started", "kubelet")):
         assert re.search(rf"Normal\s+{reason}\s+\S+\s+{source}", events), events
+    order = [re.search(rf"Normal\s+{reason}\s", events).start() for reason in ("Scheduled", "Pulled", "Created", "Started")]
+    assert order == sorted(order), events  # in the order they happened, as describe lists a kubelet's
     kubectl(cluster, "delete", "pod", "sleeper", "--wait=false")
     deadline = time.monotonic() + 20
     while "Killing" not in (seen := kubectl(cluster, "get", "events", "--field-selector",
