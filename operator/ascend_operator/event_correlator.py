@@ -40,19 +40,33 @@ class EventCorrelator:
                 involved.get("uid"), body["type"], body["reason"], body["message"])
 
     def record(self, body: dict[str, Any]) -> None:
+        """Create the event, or bump the count of the one this process made for the same key. The requests go
+        out of the lock (a reconcile worker never waits on another's request); the count is claimed under it,
+        so two repeats at once bump it to n+1 and n+2, and the later PATCH leaves the higher one."""
         key, at = self.key(body), body["lastTimestamp"]
-        with self._lock:  # one bump at a time per process, so two repeats never both read count n
+        with self._lock:
             seen = self._seen.get(key)
-            if seen is not None:
+            if seen is None:
+                self._seen[key] = Seen(body["metadata"]["name"], body["count"], body["firstTimestamp"])
+                while len(self._seen) > CACHE_SIZE:
+                    self._seen.popitem(last=False)
+            else:
                 self._seen.move_to_end(key)
-                try:
-                    self._patch(body["metadata"]["namespace"], seen.name,
-                                {"count": seen.count + 1, "lastTimestamp": at, "message": body["message"]})
-                    seen.count += 1
-                    return
-                except LookupError:  # expired (events live an hour on a real cluster) or deleted: create again
-                    body = {**body, "firstTimestamp": seen.first, "count": seen.count + 1}
-            self._create(body)
-            self._seen[key] = Seen(body["metadata"]["name"], body["count"], body["firstTimestamp"])
-            while len(self._seen) > CACHE_SIZE:
-                self._seen.popitem(last=False)
+                seen.count += 1
+                count, name, first = seen.count, seen.name, seen.first
+        if seen is None:
+            try:
+                self._create(body)
+            except BaseException:
+                with self._lock:
+                    self._seen.pop(key, None)
+                raise
+            return
+        try:
+            self._patch(body["metadata"]["namespace"], name,
+                        {"count": count, "lastTimestamp": at, "message": body["message"]})
+        except LookupError:  # expired (events live an hour on a real cluster) or deleted: create it again
+            self._create({**body, "firstTimestamp": first, "count": count})
+            with self._lock:
+                if key in self._seen:
+                    self._seen[key].name = body["metadata"]["name"]
