@@ -244,6 +244,8 @@ def test_the_pod_policy_refuses_through_kubectl_and_torchrun_variables_win_over_
     (kubectl get's FAILURE column, a Warning event), no pod is made; hostPID/hostIPC have no field, so the
     server refuses them; a ConfigMap's NODE_RANK or MASTER_ADDR through envFrom loses to the operator's env."""
     namespace = "policy"
+    crd = Path(__file__).resolve().parents[2] / "crds" / "ascendtrainjobs.ascendtrain.dev.yaml"
+    kubectl(cluster, "replace", "-f", str(crd))  # as generated: an earlier test of this module added a field
     # `kubectl create namespace|configmap` send protobuf, which the emulator does not speak: apply sends JSON.
     assert _apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}).returncode == 0
     env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
