@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import threading
 import time
-import uuid
 from functools import cached_property
 from urllib.parse import quote, urlencode
 from typing import Any, Callable, TypeVar
@@ -19,6 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from . import metrics
+from .event_correlator import EventCorrelator
 from .api.group import API_GROUP, API_VERSION, KINDS
 from .permissions import uses, uses_on_kinds
 from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
@@ -224,14 +224,32 @@ class Kube:
         _retrying(lambda: self.custom.patch_namespaced_custom_object_status(
             API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status}))
 
+    @cached_property
+    def _events(self) -> EventCorrelator:
+        def create(body: dict[str, Any]) -> None:
+            _retrying(lambda: self.core.create_namespaced_event(body["metadata"]["namespace"], body,
+                                                                _preload_content=False))
+
+        def patch(namespace: str, name: str, change: dict[str, Any]) -> None:
+            try:
+                _retrying(lambda: self.core.patch_namespaced_event(name, namespace, change, _preload_content=False))
+            except ApiException as e:
+                if e.status == 404:
+                    raise LookupError(name) from e
+                raise
+        return EventCorrelator(create, patch)
+
     @uses("", "events", "create")
+    @uses("", "events", "patch")
     def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """A core/v1 Event on one of our objects (``kubectl describe`` shows it); losing one is not fatal."""
+        """A core/v1 Event on one of our objects (``kubectl describe`` shows it); a repeat bumps the first one's
+        count (``event_correlator``); losing one is not fatal."""
         meta = obj["metadata"]
         at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            # client-go's naming: <object>.<UnixNano in hex>, so a listing in key order is in time order
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta["uid"]},
             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
@@ -239,6 +257,6 @@ class Kube:
             "source": {"component": "ascend-train-operator"}, "reportingComponent": "ascend-train-operator",
         }
         try:
-            _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body))
+            self._events.record(body)
         except ApiException:
             pass  # counted in ascend_operator_api_errors; the status carries the same message

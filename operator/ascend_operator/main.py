@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 os._exit(EXIT_LEADERSHIP_LOST)  # handlers must stop at once, not finish under two leaders
         threading.Thread(target=keep_leading, name="lease-renewal", daemon=True).start()
 
+    kube().core, kube().custom  # noqa: B018  the client's API modules load now, not inside the first reconciles
+
     def when_kopf_ready() -> None:
         kopf_ready.wait()
         first_watch_answered(lambda: _first_watch(args.namespace), stop, watching)

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.cluster import OPERATOR_COMMAND, LocalCluster
 from ascend_operator.local.core_schemas import KUBERNETES_VERSION
 from test_kubectl import kubectl, pytestmark, rows  # noqa: F401 -- same binary, same skip conditions
 
@@ -180,6 +181,8 @@ def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_pos
     for reason, source in (("Scheduled", "default-scheduler"), ("Pulled", "kubelet"), ("Created", "kubelet"),
                            ("Started", "kubelet")):
         assert re.search(rf"Normal\s+{reason}\s+\S+\s+{source}", events), events
+    order = [re.search(rf"Normal\s+{reason}\s", events).start() for reason in ("Scheduled", "Pulled", "Created", "Started")]
+    assert order == sorted(order), events  # in the order they happened, as describe lists a kubelet's
     kubectl(cluster, "delete", "pod", "sleeper", "--wait=false")
     deadline = time.monotonic() + 20
     while "Killing" not in (seen := kubectl(cluster, "get", "events", "--field-selector",
@@ -192,3 +195,103 @@ def test_the_local_node_posts_the_pod_lifecycle_events_kubelet_and_scheduler_pos
     events = _events_of(cluster, "greedy", {"FailedScheduling"})
     assert re.search(r"Warning\s+FailedScheduling\s+.*0/1 nodes are available: 1 Insufficient huawei.com/Ascend910",
                      events), events
+
+
+def test_the_operators_repeated_events_are_one_event_with_a_count(cluster, monkeypatch):
+    """As client-go's recorder: a repeat bumps count and LAST SEEN of the first Event; a deleted one is made anew."""
+    from kubernetes.config import kube_config
+    from ascend_operator.kubeclient import Kube
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    kube = Kube()
+    owner = kube._json("POST", "/api/v1/namespaces/default/configmaps", {  # any object with a uid
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "repeated", "namespace": "default"}})
+    for _ in range(3):
+        kube.post_event(owner, "BackoffLimitExceeded", "pod repeated-0 failed", warning=True)
+    kube.post_event(owner, "Restarting", "another reason, another event")
+    table = rows(kubectl(cluster, "get", "events", "-o", "wide", "--field-selector",
+                         "involvedObject.name=repeated").stdout)
+    assert table[0][-2:] == ["COUNT", "NAME"], table
+    repeated = [r for r in table[1:] if "BackoffLimitExceeded" in r]
+    assert len(repeated) == 1 and repeated[0][-2] == "3", table  # one row, COUNT 3
+    assert len(table) == 3, table
+    name = json.loads(kubectl(cluster, "get", "events", "--field-selector",
+                              "reason=BackoffLimitExceeded,involvedObject.name=repeated", "-o", "json").stdout)[
+        "items"][0]["metadata"]["name"]
+    kubectl(cluster, "delete", "event", name)
+    kube.post_event(owner, "BackoffLimitExceeded", "pod repeated-0 failed", warning=True)
+    again = json.loads(kubectl(cluster, "get", "events", "--field-selector",
+                               "reason=BackoffLimitExceeded,involvedObject.name=repeated", "-o", "json").stdout)["items"]
+    assert [e["count"] for e in again] == [4] and again[0]["metadata"]["name"] != name
+
+
+POLICY_REFUSALS = [  # (job, spec change, field the Failed condition names)
+    ("priv", {"securityContext": {"privileged": True}}, "spec.securityContext.privileged: Forbidden"),
+    ("caps", {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
+     "spec.securityContext.capabilities.add: Forbidden: this operator's policy denies adding SYS_ADMIN"),
+    ("escalate", {"securityContext": {"allowPrivilegeEscalation": True}},
+     "spec.securityContext.allowPrivilegeEscalation: Forbidden"),
+    ("proc", {"securityContext": {"procMount": "Unmasked"}}, "spec.securityContext.procMount: Forbidden"),
+    ("hostpath", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]},
+     "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied"),
+    ("shadow", {"volumes": [{"name": "cfg", "emptyDir": {}}],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/ascendtrain"}]},
+     "spec.volumeMounts[0].mountPath: Forbidden: /etc/ascendtrain is over /etc/ascendtrain"),
+]
+
+
+def test_the_pod_policy_refuses_through_kubectl_and_torchrun_variables_win_over_env_from(cluster):
+    """jobPodPolicy's defaults, applied with the real kubectl: each hostile job fails at once with the field named
+    (kubectl get's FAILURE column, a Warning event), no pod is made; hostPID/hostIPC have no field, so the
+    server refuses them; a ConfigMap's NODE_RANK or MASTER_ADDR through envFrom loses to the operator's env."""
+    namespace = "policy"
+    crd = Path(__file__).resolve().parents[2] / "crds" / "ascendtrainjobs.ascendtrain.dev.yaml"
+    kubectl(cluster, "replace", "-f", str(crd))  # as generated: an earlier test of this module added a field
+    # `kubectl create namespace|configmap` send protobuf, which the emulator does not speak: apply sends JSON.
+    assert _apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}).returncode == 0
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
+               ASCEND_OPERATOR_DASHBOARD_PORT="0")
+    with open(cluster.root / "policy-operator.log", "wb") as log:
+        operator = subprocess.Popen([*OPERATOR_COMMAND[:4], "--namespace", namespace, "--standalone"], env=env,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = yaml.safe_load(QUICKSTART.read_text())
+        base["spec"]["devices"] = {"resource": "huawei.com/Ascend910"}  # pods stay Pending: none run here
+        job = lambda name, change: base | {"metadata": {"name": name, "namespace": namespace},  # noqa: E731
+                                           "spec": copy.deepcopy(base["spec"]) | change}
+        hostile = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hostile", "namespace": namespace},
+                   "data": {"NODE_RANK": "7", "MASTER_ADDR": "evil.example"}}
+        documents = [hostile, job("envfrom", {"envFrom": [{"configMapRef": {"name": "hostile"}}]})] + [
+            job(name, change) for name, change, _ in POLICY_REFUSALS]
+        path = cluster.root / "policy.yaml"
+        path.write_text(yaml.safe_dump_all(documents))
+        kubectl(cluster, "apply", "-f", str(path))
+        path.write_text(yaml.safe_dump_all([job(field.lower(), {field: True}) for field in ("hostPID", "hostIPC")]))
+        refused = kubectl(cluster, "apply", "-f", str(path), check=False)
+        assert refused.returncode != 0 and 'unknown field "spec.hostPID"' in refused.stderr \
+            and 'unknown field "spec.hostIPC"' in refused.stderr, refused.stderr
+        deadline = time.monotonic() + 60
+        while True:
+            table = kubectl(cluster, "get", "atj", "-n", namespace, "-o", "wide").stdout
+            pods = json.loads(kubectl(cluster, "get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+            if all(f" {field}" in table for _, _, field in POLICY_REFUSALS) and len(pods) == 2:
+                break
+            assert time.monotonic() < deadline, table
+            time.sleep(0.5)
+        events = kubectl(cluster, "get", "events", "-n", namespace).stdout
+        for name, _, field in POLICY_REFUSALS:
+            row = next(line for line in table.splitlines() if line.startswith(name + " "))
+            assert " Failed " in row and field in row, row
+            assert re.search(rf"Warning\s+PolicyViolation\s+ascendtrainjob/{name}\s+.*{re.escape(field[:40])}",
+                             events), events
+        assert {p["metadata"]["labels"]["ascendtrain.dev/job-name"] for p in pods} == {"envfrom"}
+        for pod in pods:
+            container = pod["spec"]["containers"][0]
+            env_vars = {e["name"]: e.get("value") for e in container["env"]}
+            assert container["envFrom"] == [{"configMapRef": {"name": "hostile"}}]
+            # A container's env wins over its envFrom (Kubernetes' rule), and the operator sets every variable of
+            # torchrun's launcher in env; RANK is set by torchrun itself in each worker's environment.
+            assert env_vars["MASTER_ADDR"].startswith("envfrom-0.envfrom."), env_vars
+            assert {"MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE"} <= set(env_vars), env_vars
+    finally:
+        os.killpg(operator.pid, signal.SIGTERM)
+        operator.wait(30)

@@ -1,4 +1,5 @@
 """The committed CRDs are exactly what the pydantic models generate, and they are structural."""
+import re
 from pathlib import Path
 
 import yaml
@@ -92,3 +93,50 @@ def test_every_default_survives_defaulting_pruning_and_merge_patches():
             sub = CustomResourceSchema(node)
             assert sub._shape(node["default"], node) == node["default"], f"{where}: the default is not pruned-stable"
             assert not list(sub._validator.iter_errors(node["default"])), f"{where}: the default is invalid"
+
+
+def _rule_operands(rule: str) -> set[tuple[str, ...]]:
+    """The schema paths (relative to the rule's node) whose size a rule's cost depends on: ``self.a.b`` and
+    ``oldSelf.a.b``, and ``v.x`` inside ``self.a.all(v, ...)`` (``exists``, ``map``, ``filter`` alike) as
+    ``a, [], x``; not those only tested by ``has()`` or measured by ``size()``, which cost 1 whatever the size."""
+    rule = re.sub(r"\b(?:has|size)\([\w.]+\)", "1", rule)
+    loops = {v: tuple(p.split(".")[1:]) + ("[]",) for p, v in
+             re.findall(r"((?:self|oldSelf)(?:\.\w+)*)\.(?:all|exists|exists_one|map|filter)\((\w+),", rule)}
+    paths = set()
+    for head, rest in re.findall(r"\b(self|oldSelf|\w+)((?:\.\w+)+)", rule):
+        names = tuple(n for n in rest.split(".")[1:] if n not in ("all", "exists", "exists_one", "map", "filter",
+                                                                 "startsWith", "endsWith", "matches", "contains"))
+        if head in ("self", "oldSelf"):
+            paths.add(names)
+        elif head in loops:
+            paths.add(loops[head] + names)
+    for head in re.findall(r"\b(self|oldSelf)\b(?!\.)", rule):
+        paths.add(())
+    return paths
+
+
+def _at(node: dict, path: tuple[str, ...]) -> dict | None:
+    for name in path:
+        node = node.get("items") if name == "[]" else (node.get("properties") or {}).get(name)
+        if node is None:
+            return None
+    return node
+
+
+def test_every_string_and_list_a_cel_rule_reads_is_bounded():
+    """kube-apiserver estimates each rule's worst-case cost from maxLength/maxItems (unbounded ones from the 3 MiB
+    request limit) and refuses a CRD whose estimate exceeds its budget; a bounded operand keeps the estimate small.
+    Equality costs the smaller operand's size, so a compared object's own fields need no bound of their own."""
+    for name, text in render_all().items():
+        schema = yaml.safe_load(text)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in _schema_nodes(schema):
+            for rule in node.get("x-kubernetes-validations") or []:
+                for operand in _rule_operands(rule["rule"] + " " + rule.get("messageExpression", "")):
+                    if operand[:1] == ("metadata",):
+                        continue  # ObjectMeta: the API server bounds name and generateName itself
+                    read = _at(node, operand)
+                    assert read is not None, f"{name} {path}: rule {rule['rule']!r} reads unknown {operand}"
+                    if read.get("type") == "string" and "enum" not in read:
+                        assert "maxLength" in read, f"{name} {path}.{'.'.join(operand)}: unbounded string in a rule"
+                    if read.get("type") == "array":
+                        assert "maxItems" in read, f"{name} {path}.{'.'.join(operand)}: unbounded list in a rule"

@@ -1,12 +1,12 @@
 """An AscendTrainJob without `train` only evaluates an existing checkpoint: its pods run `torchrun ... evaluate`
 alone, its ConfigMap holds the EvaluateConfig alone, and the CRD's CEL rules refuse what the model refuses."""
-import celpy
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.train_job import AscendTrainJobSpec
+from ascend_operator.local.crd_schema import CustomResourceSchema
 from ascend_operator.render import train_job as render
 
 EVALUATION = {"task": ["mmlu"], "taskDataPath": ["/data/mmlu/test"], "tokenizerNameOrPath": "/models/qwen3",
@@ -20,11 +20,9 @@ def _spec(**overrides):
 def _cel_refusals(spec: dict) -> list[str]:
     crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
     rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
-    env = celpy.Environment()
-    cel_self = celpy.json_to_cel(spec)
     # Transition rules (oldSelf) run on updates only, as kube-apiserver runs them; this is a create.
     return [r["message"] for r in rules if "oldSelf" not in r["rule"]
-            and not bool(env.program(env.compile(r["rule"])).evaluate({"self": cel_self}))]
+            and CustomResourceSchema._program(r["rule"]).eval(data={"self": spec}).value() is not True]
 
 
 def test_the_pods_only_evaluate_the_given_checkpoint():

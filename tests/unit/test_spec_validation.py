@@ -1,5 +1,4 @@
 """A bad job is rejected with the field named, and the CRD's CEL rule agrees with the engine's own check."""
-import celpy
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -8,6 +7,7 @@ from ascend_engine.config.loader import ConfigError, build_config, format_valida
 from ascend_engine.config.train import TrainConfig
 from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.train_job import AscendTrainJobSpec
+from ascend_operator.local.crd_schema import CustomResourceSchema
 
 
 def _cel_rules():
@@ -17,9 +17,8 @@ def _cel_rules():
 
 
 def _cel_ok(rule, spec):
-    env = celpy.Environment()
-    program = env.program(env.compile(rule["rule"]))
-    return bool(program.evaluate({"self": celpy.json_to_cel(spec)}))
+    result = CustomResourceSchema._program(rule["rule"]).eval(data={"self": spec})
+    return result.value() is True
 
 
 @pytest.mark.parametrize("nnodes,nproc,tp,pp,ok", [

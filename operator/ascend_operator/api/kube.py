@@ -17,6 +17,23 @@ from .admission import RESERVED_ENV_MESSAGE, RESERVED_ENV_RULE, reserved_env
 # A field whose value is an upstream Kubernetes structure, kept verbatim.
 Passthrough = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
+# Bounds on what the CRDs' CEL rules compare (a changed spec is refused field by field, api/immutability.py):
+# kube-apiserver estimates a rule's worst-case cost from maxLength / maxItems, and takes an unbounded one as large
+# as the 3 MiB request allows, which can push a CRD over its cost budget. Kubernetes' own limits where it has
+# one (object names), generous ones elsewhere.
+NAME_MAX = 253  # a DNS subdomain: any object name
+IMAGE_MAX = 1024
+QUANTITY_MAX = 64
+POD_LIST_MAX = 256  # env, envFrom, tolerations, volumes, mounts, pull secrets
+ENV_NAME_MAX = 1024
+ENV_VALUE_MAX = 1 << 20  # a ConfigMap's own limit
+ObjectName = Annotated[str, Field(max_length=NAME_MAX)]
+
+
+def passthrough_list() -> Any:
+    """An upstream structure's list, kept verbatim and bounded."""
+    return Field(max_length=POD_LIST_MAX, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
 
 class KubeModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=to_camel,
@@ -34,9 +51,9 @@ class EnvVar(KubeModel):
     model_config = KubeModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [
         VALUE_OR_VALUE_FROM_RULE]}}
 
-    name: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX)]
     """Variable name."""
-    value: str = ""
+    value: Annotated[str, Field(max_length=ENV_VALUE_MAX)] = ""
     """Value."""
     valueFrom: Annotated[dict[str, Any] | None, Passthrough] = None
     """secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef, as in a Pod spec. The kubelet resolves it:
@@ -65,36 +82,37 @@ class ResourceList(KubeModel):
 class PodSettings(KubeModel):
     """How each pod is run: image, resources, scheduling and storage."""
 
-    image: Annotated[str, Field(min_length=1)]
+    image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX)]
     """Container image with ascend-engine (see the Dockerfile's engine-* targets)."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Image pull policy."""
-    imagePullSecrets: list[str] = []
+    imagePullSecrets: Annotated[list[ObjectName], Field(max_length=POD_LIST_MAX)] = []
     """Names of Secrets to pull the image with."""
-    env: Annotated[list[EnvVar], Field(json_schema_extra={"x-kubernetes-validations": [RESERVED_ENV_RULE]})] = []
+    env: Annotated[list[EnvVar], Field(max_length=POD_LIST_MAX,
+                                       json_schema_extra={"x-kubernetes-validations": [RESERVED_ENV_RULE]})] = []
     """Extra environment variables (not torchrun's contract, which the operator sets)."""
-    envFrom: Annotated[list[dict[str, Any]], Passthrough] = []
+    envFrom: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Variables from whole Secrets or ConfigMaps (secretRef / configMapRef, optional prefix), as in a Pod spec."""
     resources: ResourceList = ResourceList()
     """CPU and memory requests and limits. A CPU limit (else request) also sets OMP_NUM_THREADS to the cores per
     process, unless env sets it: torch would otherwise start a thread per core of the node in every process."""
-    serviceAccountName: str | None = None
+    serviceAccountName: ObjectName | None = None
     """Service account of the pods."""
-    schedulerName: str | None = None
+    schedulerName: ObjectName | None = None
     """Scheduler, e.g. volcano."""
-    priorityClassName: str | None = None
+    priorityClassName: ObjectName | None = None
     """Priority class."""
     nodeSelector: dict[str, str] = {}
     """Node selector."""
-    tolerations: Annotated[list[dict[str, Any]], Passthrough] = []
+    tolerations: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Tolerations, as in a Pod spec."""
     affinity: Annotated[dict[str, Any], Passthrough] = {}
     """Affinity, as in a Pod spec."""
-    volumes: Annotated[list[dict[str, Any]], Passthrough] = []
+    volumes: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Volumes, as in a Pod spec (PVCs for data and checkpoints)."""
-    volumeMounts: Annotated[list[dict[str, Any]], Passthrough] = []
+    volumeMounts: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Mounts of those volumes in the container."""
-    shmSize: Annotated[str, not_null("none to keep the runtime's 64Mi")] = "16Gi"
+    shmSize: Annotated[str, Field(max_length=QUANTITY_MAX), not_null("none to keep the runtime's 64Mi")] = "16Gi"
     """Size of the memory-backed /dev/shm (data loader workers need it); `none` keeps the runtime's 64Mi."""
 
     def shm_size_limit(self) -> str | None:

@@ -9,7 +9,7 @@ from ascend_engine.config.convert import ConvertConfig
 from ascend_engine.config.prep import PrepConfig
 
 from .devices import CpuDeviceSettings
-from .kube import JobStatusBase, KubeModel, PodSettings
+from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
 from .run_policy import RunPolicy
 
 
@@ -60,7 +60,7 @@ class CheckpointConvertSpec(SinglePodSettings):
 
     convert: ConvertSettings
     """The engine's conversion configuration (MindSpeed-LLM convert_ckpt.py names)."""
-    trainJobRef: str | None = None
+    trainJobRef: ObjectName | None = None
     """Name of an AscendTrainJob in the same namespace: wait until it has succeeded, then convert its last
     checkpoint (its checkpoint.save), e.g. to HuggingFace with saveModelType hf. For a LoRA job, merge its
     adapters into the base it trained on (its checkpoint.load), with its LoRA rank, alpha and targets."""

@@ -12,7 +12,7 @@ from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConf
 
 from .devices import DeviceSettings, HcclSettings
 from .evaluation import EvaluationStatus
-from .kube import JobStatusBase, KubeModel, PodSettings
+from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
 from .run_policy import RunPolicy
 from .trainer import TrainerCommand
 
@@ -115,14 +115,14 @@ class AscendTrainJobSpec(PodSettings):
     """Gang scheduling: all nnodes pods are placed together or not at all. volcano creates a Volcano PodGroup
     (scheduling.volcano.sh/v1beta1, minMember = nnodes) and sets schedulerName volcano unless given;
     coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and labels the pods."""
-    volcanoQueue: str | None = None
+    volcanoQueue: ObjectName | None = None
     """Volcano queue of the PodGroup (gangScheduling volcano)."""
     runPolicy: RunPolicy = RunPolicy()
     """Restarts, deadline, clean-up, TTL and suspension."""
-    datasetPrepRef: str | None = None
+    datasetPrepRef: ObjectName | None = None
     """Name of a DatasetPrep in the same namespace: the job stays Pending until it has succeeded, then trains
     on its outputs (they become train.data.dataPath)."""
-    checkpointConvertRef: str | None = None
+    checkpointConvertRef: ObjectName | None = None
     """Name of a CheckpointConvert (hf -> mg) in the same namespace: the job stays Pending until it has
     succeeded, then fine-tunes from its output (train.checkpoint.load, finetune); after a gang restart it
     resumes from its own checkpoint.save instead."""

@@ -8,7 +8,9 @@ means the object lacks the shape the rules were written for (a wrong type, a mis
 outside an enum, too long, too many items) the CEL rules are not evaluated at all, as in kube-apiserver's
 ``hasBlockingErr``. On updates CEL rules are ratcheted as on kube-apiserver 1.30+: a subtree the update left
 unchanged is not judged again (a status patch does not re-run the spec's rules). Programs are compiled once per
-expression and process.
+expression and process, by cel-cpp (the C++ implementation kube-apiserver's cel-go is held to by the same
+conformance suite) with the strings extension, and type-checked against dynamic ``self``/``oldSelf``: a rule
+that does not parse or names an unknown function fails when the CRD is written.
 Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: ...``.
 """
 from __future__ import annotations
@@ -17,8 +19,9 @@ import copy
 import json
 from typing import Any
 
-import celpy
 import jsonschema
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_strings
 
 _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 # jsonschema validators whose failure kube-apiserver counts as blocking CEL (NotSupported, Required, TooLong,
@@ -28,7 +31,7 @@ RULES_NOT_CHECKED = ("<nil>", '<nil>: Invalid value: "null": some validation rul
                               "object was invalid; correct the existing errors to complete validation")
 
 
-_CEL = celpy.Environment()
+_CEL = cel.NewEnv(variables={"self": cel.Type.DYN, "oldSelf": cel.Type.DYN}, extensions=[ext_strings.ExtStrings()])
 _PROGRAMS: dict[str, Any] = {}
 
 
@@ -82,22 +85,15 @@ def _to_jsonschema(schema: Any) -> Any:
 
 
 class _Activation:
-    """``self`` and ``oldSelf`` of one schema node, converted to CEL values once for all its rules (the conversion
-    of a whole object costs more than evaluating a rule), ``oldSelf`` only for rules that use it."""
+    """``self`` and ``oldSelf`` of one schema node for all its rules, ``oldSelf`` only for rules that use it."""
 
     def __init__(self, value: Any, old: Any):
         self.value, self.old = value, old
-        self._self: Any = None
-        self._old: Any = None
 
     def bindings(self, with_old: bool) -> dict[str, Any]:
-        if self._self is None:
-            self._self = celpy.json_to_cel(self.value)
-        out = {"self": self._self}
+        out = {"self": self.value}
         if with_old and self.old is not None:
-            if self._old is None:
-                self._old = celpy.json_to_cel(self.old)
-            out["oldSelf"] = self._old
+            out["oldSelf"] = self.old
         return out
 
 
@@ -130,7 +126,7 @@ class CustomResourceSchema:
         """The compiled CEL program of one expression, compiled once per process (a CRD written again, or another
         version of it, reuses it)."""
         if expression not in _PROGRAMS:
-            _PROGRAMS[expression] = _CEL.program(_CEL.compile(expression))
+            _PROGRAMS[expression] = _CEL.compile(expression)
         return _PROGRAMS[expression]
 
     # -- shaping ----------------------------------------------------------------------------------
@@ -274,15 +270,13 @@ class CustomResourceSchema:
         if "oldSelf" in expression and converted.old is None:
             return None
         activation = converted.bindings(uses_old)
-        try:
-            result = self._program(expression).evaluate(activation)
-        except celpy.CELEvalError as exc:
-            return f"rule evaluation error: {expression}: {exc.args[0] if exc.args else exc}"
-        if bool(result):
+        result = self._program(expression).eval(data=activation)
+        if result.type() == cel.Type.ERROR:
+            return f"rule evaluation error: {expression}: {result.value()}"
+        if result.value() is True:
             return None
         if rule.get("messageExpression"):
-            try:
-                return str(self._program(rule["messageExpression"]).evaluate(activation))
-            except celpy.CELEvalError:
-                pass
+            message = self._program(rule["messageExpression"]).eval(data=activation)
+            if message.type() == cel.Type.STRING:
+                return str(message.value())
         return rule.get("message") or f"failed rule: {expression}"

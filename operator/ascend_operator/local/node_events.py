@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-import uuid
+import time
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -47,7 +47,7 @@ class PodEvents:
                         "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}
             if container:
                 involved["fieldPath"] = f"spec.containers{{{container}}}"
-            name = f"{meta['name']}.{uuid.uuid4().hex[:16]}"
+            name = f"{meta['name']}.{time.time_ns():x}"  # client-go's: key order is time order (describe)
             source = {"component": component} | ({"host": self.node_name} if component == KUBELET else {})
             self.core.create_namespaced_event(meta["namespace"], {
                 "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": meta["namespace"]},

@@ -21,13 +21,23 @@ def job_labels(kind: str, name: str) -> dict[str, str]:
     return {LABEL_JOB_NAME: name, LABEL_JOB_KIND: kind, "app.kubernetes.io/managed-by": "ascend-train-operator"}
 
 
+# libyaml's emitter where PyYAML was built with it: the same text as yaml.safe_dump at a fraction of the CPU, which
+# a burst of job creations spends mostly here.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def dump_yaml(data: Any) -> str:
+    """``yaml.safe_dump(data, sort_keys=False)``, through libyaml when present."""
+    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
+
+
 def config_map(kind: str, name: str, engine_config: dict[str, Any]) -> dict[str, Any]:
     """The engine config the pod reads with ``--config``; the engine validates it again with the same model."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": f"{name}-config", "labels": job_labels(kind, name)},
-        "data": {"config.yaml": yaml.safe_dump(engine_config, sort_keys=False)},
+        "data": {"config.yaml": dump_yaml(engine_config)},
     }
 
 

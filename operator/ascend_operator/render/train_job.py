@@ -4,12 +4,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-import yaml
-
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
-from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, env_list, job_labels,
+from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, dump_yaml, env_list, job_labels,
                      metrics_port_env, pod_spec)
 
 KIND = TRAIN_JOB.kind
@@ -44,7 +42,7 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
     if not spec.train:  # evaluation-only, or the user's own trainer: no engine config
         out["data"].clear()
     if spec.evaluation:
-        out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = yaml.safe_dump(evaluation_config(spec), sort_keys=False)
+        out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = dump_yaml(evaluation_config(spec))
     return out
 
 
