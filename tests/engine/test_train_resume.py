@@ -34,6 +34,12 @@ def test_resume_continues_exactly(tmp_path):
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(final_b[key], value, rtol=1e-5, atol=1e-6, msg=key)
 
+    # A restart after the final checkpoint (a gang restart at the very end) has nothing left to do: it succeeds.
+    proc, again = run_train(tmp_path, {**config, "checkpoint": {"save": str(resumed_dir), "load": str(resumed_dir)}},
+                            nproc=1, name="again.yaml")
+    assert_ok(proc)
+    assert again == [] and "at iteration 10 of 10: nothing left to train" in proc.stderr
+
     # Fine-tuning from the checkpoint: weights only, iteration 0, and the loss starts where training left off.
     proc, tuned = run_train(tmp_path, {**config, "training": {**config["training"], "trainIters": 2},
                                        "optimizer": {"lr": 1e-3},

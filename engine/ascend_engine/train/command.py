@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 from ..config.loader import ConfigError, add_flags, build_config
@@ -51,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
         return fail("train", f"bad training data: {e}", "DataError")
     if result.preempted:
         return preempted(result)
+    if not result.losses and result.iterations >= cfg.training.trainIters:
+        # A restart after the final checkpoint (a fault during the last save's upload, a stall at the very end):
+        # the training is complete, not failed.
+        print(f"ascend-engine train: the checkpoint is at iteration {result.iterations} of "
+              f"{cfg.training.trainIters}: nothing left to train", file=sys.stderr, flush=True)
+        return 0
     if not result.losses or result.losses[-1] != result.losses[-1]:  # no step ran, or the loss is NaN
         return fail("train", "training produced no finite loss", "NoFiniteLoss", exit_code=1)
     return 0
