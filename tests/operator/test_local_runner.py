@@ -94,8 +94,9 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
     assert f"MASTER {master.status.pod_ip}" in out and master.status.pod_ip.startswith(runner.network.prefix + ".")
     assert done.status.pod_ip != master.status.pod_ip and f"IP {done.status.pod_ip}" in out
     assert "NAME job-1 demo" in out and "MODE fast s3cret hello-job-1-$(UNDEFINED)" in out
-    assert f"CONF data={pvc_dir}/train.bin master={master.status.pod_ip}" in out
-    assert f"CWD {pvc_dir}" in out and (pvc_dir / "out.txt").read_text() == "written"
+    # The process ran on the claim's host directory; its log shows the container's paths, as kubectl logs would.
+    assert f"CONF data=/data/train.bin master={master.status.pod_ip}" in out
+    assert "CWD /data" in out and (pvc_dir / "out.txt").read_text() == "written"
     terminated = done.status.container_statuses[0].state.terminated
     assert terminated.exit_code == 0 and terminated.reason == "Completed"
     assert done.spec.node_name == "local" and done.status.start_time is not None

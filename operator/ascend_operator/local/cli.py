@@ -381,7 +381,7 @@ def _nodes(args: argparse.Namespace) -> dict[str, Any]:
     if args.nodes < 1:
         raise UsageError(f"--nodes must be at least 1 (got {args.nodes})")
     capacity = _capacity(args.device)
-    if args.devices_per_node is not None:
+    if args.devices_per_node:
         capacity[args.device_resource] = args.devices_per_node
     return {"nodes": args.nodes, "capacity": capacity}
 
@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--nodes", type=int, default=1,
                          help="how many nodes (one: named 'local'; more: node-1, node-2, ...)")
         sub.add_argument("--devices-per-node", type=int, metavar="M",
-                         help="devices each node offers, of --device-resource")
+                         default=0, help="devices each node offers, of --device-resource (0: none)")
         sub.add_argument("--device-resource", default="huawei.com/Ascend910",
                          help="the resource name of --devices-per-node (nvidia.com/gpu for GPUs)")
         sub.add_argument("--fresh", action="store_true",
