@@ -42,6 +42,7 @@ RESOURCES: dict[str, Resource] = {
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
             _AGE,
             _FAILURE,
+            ("Nodes", "string", ".status.elastic.nodes", "Current/desired pods of an elastic job", 1),
         ),
         description="Pretraining or fine-tuning on N pods x M Ascend NPUs (or GPUs) with Megatron-core via torchrun.",
         root_rules=tuple(TRAIN_JOB_NAME_RULES),
