@@ -9,7 +9,6 @@ from ascend_engine.config.loader import format_validation_error
 from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.train_job import AscendTrainJobSpec
 
-pytestmark = pytest.mark.operator
 
 
 def _spec(nnodes=4, min_nodes=1, nproc=2, tp=1, gbs=16, mbs=1, save="/ckpt", **extra):
