@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from ascend_operator.local.runner import PodRunner, read_logs
+from ascend_operator.local.scheduler import Scheduler
 
 
 @pytest.fixture
@@ -22,8 +23,9 @@ def cluster_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def runner(local_api, tmp_path: Path, cluster_root: Path):
-    with PodRunner(tmp_path / "kubeconfig", cluster_root, capacity={"huawei.com/Ascend910": 2},
-                   poll_interval=0.1) as pod_runner:
+    with Scheduler(tmp_path / "kubeconfig", poll_interval=0.1), \
+            PodRunner(tmp_path / "kubeconfig", cluster_root, capacity={"huawei.com/Ascend910": 2},
+                      poll_interval=0.1) as pod_runner:
         yield pod_runner
 
 

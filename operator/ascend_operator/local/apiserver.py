@@ -563,8 +563,9 @@ class LocalKubernetesApi(KubernetesEmulator):
         self._store[key] = new
         self._emit(rt, "MODIFIED", new, current)
         meta = new["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(rt, key, orphan=False)
+        awaiting_kubelet = rt.plural == "pods" and not rt.group and (new.get("spec") or {}).get("nodeName")
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not awaiting_kubelet:
+            return self._remove(rt, key, orphan=False)  # the last finalizer removed
         return new
 
     # -- deletion and garbage collection ---------------------------------------------------------

@@ -1,7 +1,10 @@
 """``ascend-train``: run the embedded local cluster and talk to it.
 
     ascend-train local up [--fresh]            API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local up --nodes 3 --devices-per-node 8   three nodes with 8 huawei.com/Ascend910 each
     ascend-train local down                    stop the `local up` running on --root (from another shell)
+    ascend-train local node lose|add NAME      a node's machine dies (its pods' processes too) or (re)joins
+    ascend-train local node cordon|uncordon NAME   mark a node (un)schedulable, as `kubectl cordon` does
     ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
     ascend-train apply -f FILE [--dry-run]     create or update every document of FILE (--dry-run: validate only)
     ascend-train validate -f FILE              check FILE offline: every error, as file:line: field: message
@@ -13,11 +16,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import uuid
 
 import urllib3
 import yaml
@@ -26,7 +32,7 @@ from ascend_engine.cli_text import plain, quiet_broken_pipe
 
 from ..api.group import LABEL_JOB_NAME
 from . import lifecycle
-from .cluster import LocalCluster
+from .cluster import NODE_REQUESTS, LocalCluster
 from .printing import table
 from .resource_client import ApiRequestError, ApiResource, ResourceClient
 from .runner import pod_log_path, read_logs
@@ -129,7 +135,7 @@ def demo(args: argparse.Namespace) -> int:
                          f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
     print(f"starting the local cluster in {args.root}/: API server, CRDs, pod runner, operator ...", flush=True)
-    with LocalCluster(args.root, operator=True, capacity=_capacity(args.device), fresh=args.fresh) as cluster, \
+    with LocalCluster(args.root, operator=True, fresh=args.fresh, **_nodes(args)) as cluster, \
             lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
               f"to use kubectl), operator log {cluster.operator_log}")
@@ -194,10 +200,10 @@ def up(args: argparse.Namespace) -> int:
     # SIGINT too: a backgrounded `local up &` starts with SIGINT ignored, so Python's Ctrl-C handling is off.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
-    with LocalCluster(args.root, operator=not args.no_operator, capacity=_capacity(args.device),
-                      fresh=args.fresh) as cluster, lifecycle.pid_file(cluster.root):
+    with LocalCluster(args.root, operator=not args.no_operator, fresh=args.fresh,
+                      **_nodes(args)) as cluster, lifecycle.pid_file(cluster.root):
         print(f"local cluster up at {cluster.api_server.url} ({'fresh' if args.fresh else 'state kept'} "
-              f"in {cluster.root}/)\n"
+              f"in {cluster.root}/), nodes: {', '.join(cluster.runners)}\n"
               f"  kubeconfig: {cluster.kubeconfig}\n"
               f"  try:        export KUBECONFIG={cluster.kubeconfig}; kubectl get atj,pods\n"
               f"  or:         ascend-train apply -f examples/quickstart.yaml; ascend-train get atj\n"
@@ -206,6 +212,7 @@ def up(args: argparse.Namespace) -> int:
             if cluster.operator is not None and cluster.operator.poll() is not None:
                 raise UsageError(f"the operator exited with code {cluster.operator.returncode}; "
                                  f"see {cluster.operator_log}")
+            cluster.serve_node_requests()
             time.sleep(0.2)
         print("stopping the local cluster (objects and files are kept)", flush=True)
     return 0
@@ -362,6 +369,52 @@ def _capacity(devices: list[str]) -> dict[str, int]:
     return capacity
 
 
+def _nodes(args: argparse.Namespace) -> dict[str, Any]:
+    """LocalCluster's node arguments from --nodes, --devices-per-node, --device-resource and --device."""
+    if args.nodes < 1:
+        raise UsageError(f"--nodes must be at least 1 (got {args.nodes})")
+    capacity = _capacity(args.device)
+    if args.devices_per_node is not None:
+        capacity[args.device_resource] = args.devices_per_node
+    return {"nodes": args.nodes, "capacity": capacity}
+
+
+def node(args: argparse.Namespace) -> int:
+    """Cordon and uncordon are API calls (what kubectl does); a lost or added node is the `local up` process's
+    to play: the request goes through a file under the root that it picks up within a moment."""
+    if args.action in ("cordon", "uncordon"):
+        resources = _client(args.root)
+        try:
+            nodes = resources.resolve("nodes")
+            resources.request("PATCH", nodes.path(None, args.name), {"spec": {
+                "unschedulable": True if args.action == "cordon" else None}}, content_type="application/merge-patch+json")
+        finally:
+            resources.close()
+        print(f"node/{args.name} {args.action}ed")
+        return 0
+    if lifecycle.running_pid(Path(args.root)) is None:
+        raise UsageError(f"no local cluster runs on {args.root}/ (start one with `ascend-train local up`)")
+    folder = Path(args.root) / NODE_REQUESTS
+    folder.mkdir(exist_ok=True)
+    request = folder / f"{uuid.uuid4().hex}.json"
+    request.with_suffix(".tmp").write_text(json.dumps({"action": args.action, "node": args.name}))
+    request.with_suffix(".tmp").rename(request)
+    done = request.with_suffix(".done")
+    deadline = time.monotonic() + 60
+    while not done.exists():
+        if time.monotonic() > deadline:
+            request.unlink(missing_ok=True)
+            raise UsageError(f"the local cluster on {args.root}/ did not take the request within 60s")
+        time.sleep(0.1)
+    answer = done.read_text()
+    done.unlink()
+    if answer != "ok":
+        raise UsageError(answer.strip("'\""))
+    lost = "lost: its pods' processes are killed and it posts no more status"
+    print(f"node/{args.name} {lost if args.action == 'lose' else 'added'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     intro, commands_text = __doc__.split("\n\n", 1)
     parser = argparse.ArgumentParser(prog="ascend-train", description=plain(intro),
@@ -373,11 +426,23 @@ def build_parser() -> argparse.ArgumentParser:
     local = commands.add_parser("local", help="run the embedded local cluster").add_subparsers(
         dest="local_command", required=True)
     local.add_parser("down", help="stop the `local up` running on --root").set_defaults(func=down)
+    sub = local.add_parser("node", help="node faults: lose or add a node, cordon or uncordon it")
+    sub.add_argument("action", choices=("lose", "add", "cordon", "uncordon"),
+                     help="lose: the machine dies (Ready turns Unknown, its pods are evicted); add: a node (re)joins; "
+                          "cordon/uncordon: no new pods / new pods again")
+    sub.add_argument("name", help="the node's name (`kubectl get nodes`)")
+    sub.set_defaults(func=node)
     for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
                              ("demo", demo, "up, apply a file and follow its jobs to the end")):
         sub = local.add_parser(name, help=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         sub.add_argument("--device", action="append", default=[], metavar="NAME=COUNT",
-                         help="extended resources the local node offers, e.g. huawei.com/Ascend910=8")
+                         help="extended resources each local node offers, e.g. huawei.com/Ascend910=8")
+        sub.add_argument("--nodes", type=int, default=1,
+                         help="how many nodes (one: named 'local'; more: node-1, node-2, ...)")
+        sub.add_argument("--devices-per-node", type=int, metavar="M",
+                         help="devices each node offers, of --device-resource")
+        sub.add_argument("--device-resource", default="huawei.com/Ascend910",
+                         help="the resource name of --devices-per-node (nvidia.com/gpu for GPUs)")
         sub.add_argument("--fresh", action="store_true",
                          help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
         sub.set_defaults(func=func)

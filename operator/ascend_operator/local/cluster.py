@@ -1,4 +1,10 @@
-"""``LocalCluster``: the loopback API server, the pod runner and (optionally) the operator, together.
+"""``LocalCluster``: the loopback API server, the scheduler, the node controllers, one kubelet (``PodRunner``)
+per node and (optionally) the operator, together.
+
+One node named ``local`` by default; ``nodes=N`` makes ``node-1`` ... ``node-N``, each offering ``capacity``
+(device counts). ``lose_node`` / ``add_node`` play a machine that dies or joins; a cordon is a plain API call
+(``kubectl cordon``). A ``local up`` in another process takes the same requests from ``ascend-train local node``
+through files under ``<root>/node-requests/`` (``serve_node_requests``).
 
 The cluster root (default ``.local-cluster/`` in the current directory) holds the kubeconfig, pod directories
 and logs, PVC directories (checkpoints, datasets), ``operator.log`` and ``api-objects.json`` (the API's objects,
@@ -7,6 +13,7 @@ saved on a clean stop). A start keeps all of it, so jobs, their status and their
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,11 +27,16 @@ import yaml
 
 from .apiserver import LocalApiServer
 from .resource_client import ResourceClient
+from .node_lifecycle import DEFAULT_GRACE_S, NodeLifecycle
+from .pod_environment import IpAllocator
+from .pod_network import PodNetwork, claim_network
 from .runner import MAX_LOCAL_GRACE_S, PodRunner, pod_log_path
+from .scheduler import Scheduler
 
 MARKER = ".ascend-local-cluster"
 STATE_FILE = "api-objects.json"
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
+NODE_REQUESTS = "node-requests"
 OPERATOR_COMMAND = [sys.executable, "-m", "ascend_operator.main", "run", "--all-namespaces", "--standalone"]
 
 
@@ -37,15 +49,21 @@ def _free_port() -> int:
 class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
                  operator: bool = False, capacity: dict[str, int] | None = None, port: int = 0,
-                 fresh: bool = False):
+                 fresh: bool = False, nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S):
+        """``capacity``: device counts each node offers; ``node_grace_s``: how long a silent node stays Ready."""
         self.root = Path(root).resolve()
         self.fresh = fresh
         self.crds_dir = Path(crds_dir) if crds_dir else None
         self.with_operator = operator
         self.capacity = capacity
+        self.node_names = ["local"] if nodes == 1 else [f"node-{i}" for i in range(1, nodes + 1)]
+        self.node_grace_s = node_grace_s
         self.api_server = LocalApiServer(port=port, pod_log_file=lambda ns, name: pod_log_path(self.root, ns, name),
                                          state_file=self.root / STATE_FILE)
-        self.runner: PodRunner | None = None
+        self.runners: dict[str, PodRunner] = {}
+        self.scheduler: Scheduler | None = None
+        self.node_lifecycle: NodeLifecycle | None = None
+        self._network: tuple[PodNetwork, IpAllocator] | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self._operator_log: IO[bytes] | None = None
 
@@ -73,7 +91,12 @@ class LocalCluster:
         try:
             self.api_server.write_kubeconfig(self.kubeconfig)
             self.install_crds()
-            self.runner = PodRunner(self.kubeconfig, self.root, capacity=self.capacity).start()
+            network = claim_network()  # this cluster's own loopback /16, shared by its nodes
+            self._network = (network, IpAllocator(network.prefix))
+            self.scheduler = Scheduler(self.kubeconfig).start()
+            for name in self.node_names:
+                self.add_node(name)
+            self.node_lifecycle = NodeLifecycle(self.kubeconfig, self.node_grace_s).start()
             if self.with_operator:
                 self.start_operator()
         except BaseException:
@@ -121,10 +144,62 @@ class LocalCluster:
         if self._operator_log is not None:
             self._operator_log.close()
             self._operator_log = None
-        if self.runner is not None:
-            self.runner.stop()
-            self.runner = None
+        for part in (self.node_lifecycle, self.scheduler):  # first, so that stopped kubelets evict nothing
+            if part is not None:
+                part.stop()
+        self.scheduler = self.node_lifecycle = None
+        for name in list(self.runners):
+            self.runners.pop(name).stop()
+        if self._network is not None:
+            self._network[0].close()
+            self._network = None
         self.api_server.stop()
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    @property
+    def runner(self) -> PodRunner:
+        """The first node's kubelet (the only one of a one-node cluster)."""
+        return next(iter(self.runners.values()))
+
+    def add_node(self, name: str, capacity: dict[str, int] | None = None) -> PodRunner:
+        """Start a kubelet for ``name`` (a new node, or one lost before: it registers and is Ready again)."""
+        if name in self.runners:
+            raise ValueError(f"node {name} is already running")
+        assert self._network is not None, "the cluster is not started"
+        self.runners[name] = PodRunner(self.kubeconfig, self.root, name, capacity or self.capacity,
+                                       network=self._network).start()
+        return self.runners[name]
+
+    def lose_node(self, name: str) -> None:
+        """The machine ``name`` dies: its pods' processes are killed and its kubelet goes silent; the node
+        lifecycle controller marks it Unknown after ``node_grace_s`` and taint eviction ends its pods."""
+        if name not in self.runners:
+            raise ValueError(f"no running node {name} (running: {', '.join(self.runners) or 'none'})")
+        self.runners.pop(name).lose()
+
+    def kill_pod(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a pod's container on whichever node runs it (as ``PodRunner.kill``)."""
+        for runner in self.runners.values():
+            try:
+                return runner.kill(namespace, name, sig)
+            except LookupError:
+                continue
+        raise LookupError(f"pod {namespace}/{name} has no running container on any node")
+
+    def serve_node_requests(self) -> None:
+        """Carry out the requests ``ascend-train local node`` left under ``<root>/node-requests/``: each
+        ``<id>.json`` (``{"action": "lose"|"add", "node": NAME}``) gets ``<id>.done`` with "ok" or the error."""
+        folder = self.root / NODE_REQUESTS
+        for request in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                asked = json.loads(request.read_text())
+                {"lose": self.lose_node, "add": self.add_node}[asked["action"]](asked["node"])
+                answer = "ok"
+            except (ValueError, KeyError) as exc:
+                answer = f"{exc}"
+            request.with_suffix(".done").write_text(answer)
+            request.unlink()
 
     def __enter__(self) -> LocalCluster:
         return self.start()

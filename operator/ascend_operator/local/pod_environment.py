@@ -13,6 +13,7 @@ import base64
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +50,13 @@ class IpAllocator:
     def __init__(self, prefix: str = "127.1") -> None:
         self.prefix = prefix
         self._ips: dict[tuple[str, str, str], str] = {}
+        self._lock = threading.Lock()  # the nodes of a cluster share one allocator
 
     def ip(self, key: tuple[str, str, str]) -> str:
+        with self._lock:
+            return self._allocate(key)
+
+    def _allocate(self, key: tuple[str, str, str]) -> str:
         if key not in self._ips:
             n = len(self._ips) + 1
             if n > 254 * 256:

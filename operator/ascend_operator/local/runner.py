@@ -1,13 +1,18 @@
-"""``PodRunner``: an emulated kubelet (and scheduler) for one local node.
+"""``PodRunner``: an emulated kubelet for one local node.
 
-It polls the API for pods, binds the ones its node can take, starts each pod's first container as a local
-process group (see ``pod_environment`` for env, volumes and the path/DNS rewrites), and reports status the way
-a kubelet does: Pending -> Running -> Succeeded/Failed, with restartPolicy honoured.
+It registers its Node (capacity and allocatable: cpu, memory, pods and the configured device counts; the Ready
+condition, refreshed every ``heartbeat_interval`` as the kubelet's node status updates are), polls the API for
+the pods bound to its node (``local.scheduler`` binds them), starts each pod's first container as a local process
+group (see ``pod_environment`` for env, volumes and the path/DNS rewrites), and reports status the way a kubelet
+does: Pending -> Running -> Succeeded/Failed, with restartPolicy honoured. ``lose`` plays a node that dies: its
+processes are killed at once and it posts nothing more, so the node lifecycle controller (``node_lifecycle``)
+finds it silent.
 
 Differs from a kubelet: no images (the host's Python environment is the image), no init or sidecar containers
-(only the first container runs), no probes, no cgroup limits (CPU and memory requests are not accounted;
-only extended resources such as ``huawei.com/Ascend910`` are, against the node's configured capacity), and
-nodeSelector, affinity and tolerations are ignored (there is one node).
+(only the first container runs), no probes, no cgroup limits (requests are only what the scheduler accounts),
+every node shares the host's loopback network and files, and a heartbeat posts only the conditions (capacity and
+allocatable are posted when the node registers, so a patch that lowers allocatable, as a device plugin's does
+when a device turns unhealthy, stays until the node registers again).
 """
 from __future__ import annotations
 
@@ -26,13 +31,12 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from .node_events import SCHEDULER, PodEvents
+from .node_events import PodEvents
 from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
-from .pod_network import POD_IP_ENV, bind_shim, claim_network
+from .pod_network import POD_IP_ENV, PodNetwork, bind_shim, claim_network
 
 logger = logging.getLogger(__name__)
 
-STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 MAX_LOCAL_GRACE_S = 3.0  # terminationGracePeriodSeconds is capped locally so that stopping stays quick
 HOST_IP = "127.0.0.1"
 
@@ -51,17 +55,11 @@ def read_logs(root: Path, namespace: str, name: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def extended_requests(pod: dict[str, Any]) -> dict[str, int]:
-    """Extended resources (``vendor/name``) the pod's containers ask for; requests default to limits."""
-    total: dict[str, int] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, amount in asked.items():
-            if name in STANDARD_RESOURCES or name.startswith("hugepages-") or "/" not in name:
-                continue
-            total[name] = total.get(name, 0) + int(str(amount))
-    return total
+def node_capacity(devices: dict[str, int] | None = None) -> dict[str, str]:
+    """What a node on this host offers: its cores and memory, 110 pods (the kubelet's default) and ``devices``."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1024
+    return {"cpu": str(os.cpu_count() or 1), "memory": f"{memory}Ki", "pods": "110",
+            **{k: str(v) for k, v in (devices or {}).items()}}
 
 
 @dataclass
@@ -81,30 +79,52 @@ class PodRunner:
     """Runs pods bound to ``node_name`` as local processes under ``root/pods/<ns>/<pod>/``."""
 
     def __init__(self, kubeconfig: str | Path, root: str | Path, node_name: str = "local",
-                 capacity: dict[str, int] | None = None, poll_interval: float = 0.2):
+                 capacity: dict[str, int] | None = None, poll_interval: float = 0.2,
+                 network: tuple[PodNetwork, IpAllocator] | None = None, heartbeat_interval: float = 1.0):
+        """``capacity``: device counts (``{"huawei.com/Ascend910": 8}``); ``network``: the cluster's loopback
+        network and pod IPs, shared by its nodes (default: claim a network of its own)."""
         self.root = Path(root).resolve()
         self.node_name = node_name
         self.capacity = dict(capacity or {})
         self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
         configuration = client.Configuration()
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
         self.events = PodEvents(self.core, self.node_name)
-        self.network = claim_network()  # this cluster's own loopback /16, so clusters never share pod IPs
-        self.ips = IpAllocator(self.network.prefix)
+        self._owns_network = network is None
+        # The cluster's own loopback /16, so clusters never share pod IPs.
+        self.network, self.ips = network or (lambda n: (n, IpAllocator(n.prefix)))(claim_network())
         self.bind_shim = bind_shim(self.root / "bin")
         self._containers: dict[tuple[str, str], RunningContainer] = {}
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> PodRunner:
         self._register_node()
-        self._thread = threading.Thread(target=self._loop, name="pod-runner", daemon=True)
-        self._thread.start()
+        for target, name in ((self._loop, "pod-runner"), (self._heartbeat, "node-heartbeat")):
+            self._threads.append(threading.Thread(target=target, name=f"{name}-{self.node_name}", daemon=True))
+            self._threads[-1].start()
         return self
+
+    def lose(self) -> None:
+        """The node dies: every process of its pods is killed now and nothing more is posted (no pod status,
+        no heartbeat); the API still shows its pods as they were, as it would for a node that lost power."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+        for running in self._containers.values():
+            self._kill_now(running)
+        self._containers.clear()
+        self._close()
+
+    def _close(self) -> None:
+        self._api_client.close()
+        if self._owns_network:
+            self.network.close()
 
     def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
         """Signal a running container's processes, as a node does to a crashed or OOM-killed one (for failure
@@ -117,8 +137,8 @@ class PodRunner:
     def stop(self) -> None:
         """Stop polling and kill every process this runner started (TERM, then KILL)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        for thread in self._threads:
+            thread.join(30)
         running = [c.process for c in self._containers.values() if c.process and c.process.poll() is None]
         for process in running:
             _signal_group(process, signal.SIGTERM)
@@ -129,8 +149,7 @@ class PodRunner:
             except subprocess.TimeoutExpired:
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
-        self._api_client.close()
-        self.network.close()
+        self._close()
 
     def __enter__(self) -> PodRunner:
         return self.start()
@@ -139,8 +158,10 @@ class PodRunner:
         self.stop()
 
     def _register_node(self) -> None:
-        capacity = {"cpu": str(os.cpu_count() or 1), "pods": "110", **{k: str(v) for k, v in self.capacity.items()}}
-        node = {"metadata": {"name": self.node_name, "labels": {"kubernetes.io/hostname": self.node_name}},
+        capacity = node_capacity(self.capacity)
+        labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": os.uname().machine.replace("x86_64", "amd64").replace("aarch64", "arm64")}
+        node = {"metadata": {"name": self.node_name, "labels": labels}, "spec": {},
                 "status": {"capacity": capacity, "allocatable": capacity}}
         try:
             self.core.create_node(node)
@@ -150,9 +171,36 @@ class PodRunner:
         self.core.patch_node_status(self.node_name, {"status": {
             "capacity": capacity, "allocatable": capacity,
             "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": self.node_name}],
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "local pod runner is posting ready status",
-                            "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}]}})
+            "nodeInfo": {"machineID": self.node_name, "systemUUID": self.node_name, "bootID": "",
+                         "kernelVersion": os.uname().release, "osImage": "local", "containerRuntimeVersion": "local",
+                         "kubeletVersion": "local", "kubeProxyVersion": "", "operatingSystem": "linux",
+                         "architecture": labels["kubernetes.io/arch"]},
+            "conditions": [self._ready_condition(transition=True)]}})
+
+    def _ready_condition(self, transition: bool) -> dict[str, Any]:
+        condition = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "kubelet is posting ready status", "lastHeartbeatTime": now_rfc3339()}
+        return condition | ({"lastTransitionTime": now_rfc3339()} if transition else {})
+
+    def _heartbeat(self) -> None:
+        """Post the Ready condition every ``heartbeat_interval`` (the kubelet's nodeStatusUpdateFrequency)."""
+        while not self._stop.wait(self.heartbeat_interval):
+            try:
+                node = json.loads(self.core.read_node(self.node_name, _preload_content=False).data)
+                previous = next((c for c in (node.get("status") or {}).get("conditions") or []
+                                 if c.get("type") == "Ready"), {})
+                condition = self._ready_condition(transition=previous.get("status") != "True")
+                if previous.get("status") == "True":
+                    condition["lastTransitionTime"] = previous.get("lastTransitionTime") or now_rfc3339()
+                self.core.patch_node_status(self.node_name, {"status": {"conditions": [condition]}},
+                                            _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 404:  # a deleted node is not registered again (as a kubelet, until restarted)
+                    logger.warning("node %s: status not posted: %s", self.node_name, exc.reason)
+            except Exception:  # the API may be going away at shutdown
+                if self._stop.is_set():
+                    break
+                logger.exception("node %s: status not posted", self.node_name)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -167,7 +215,8 @@ class PodRunner:
     # -- one reconciliation pass -----------------------------------------------------------------
 
     def sync_once(self) -> None:
-        pods = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+        pods = json.loads(self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.node_name}", _preload_content=False).data)["items"]
         pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
         seen = set()
         for pod in pods:
@@ -178,46 +227,14 @@ class PodRunner:
             if running is not None and running.uid != pod["metadata"]["uid"]:
                 self._kill_now(self._containers.pop(key))  # a new pod with the same name: the old one is gone
                 running = None
+            if spec.get("nodeName") != self.node_name:
+                continue
             if pod["metadata"].get("deletionTimestamp"):
                 self._terminate(pod, running)
-            elif not spec.get("nodeName"):
-                self._schedule(pod, pods)
-            elif spec["nodeName"] == self.node_name:
+            else:
                 self._drive(pod, running)
         for key in [k for k in self._containers if k not in seen]:
             self._kill_now(self._containers.pop(key))  # removed from the API without a graceful delete
-
-    def _schedule(self, pod: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        used: dict[str, int] = {}
-        for other in pods:
-            if (other.get("spec") or {}).get("nodeName") == self.node_name and \
-                    (other.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                for name, amount in extended_requests(other).items():
-                    used[name] = used.get(name, 0) + amount
-        short = sorted(name for name, amount in extended_requests(pod).items()
-                       if used.get(name, 0) + amount > self.capacity.get(name, 0))
-        meta = pod["metadata"]
-        if short:
-            reasons = ", ".join(f"1 Insufficient {name}" for name in short)
-            message = f"0/1 nodes are available: {reasons}."
-            condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-            current = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                            if c.get("type") == "PodScheduled"), None)
-            if current is None or current.get("message") != message:
-                condition["lastTransitionTime"] = now_rfc3339()
-                self._patch_status(pod, {"phase": "Pending", "conditions": [condition]})
-                self.events.post(pod, "FailedScheduling", message, SCHEDULER, warning=True)
-            return
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": meta["name"]},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
-        try:
-            self.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], body, _preload_content=False)
-        except ApiException as exc:
-            if exc.status not in (404, 409):  # deleted or bound meanwhile
-                raise
-            return
-        self.events.post(pod, "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to "
-                                           f"{self.node_name}", SCHEDULER)
 
     def _pod_dir(self, pod: dict[str, Any]) -> Path:
         return self.root / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]

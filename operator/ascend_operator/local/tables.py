@@ -127,8 +127,10 @@ _EVENT_COLUMNS = [
 def _node_row(node: dict[str, Any]) -> list[Any]:
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
     info = (node.get("status") or {}).get("nodeInfo") or {}
-    return [node["metadata"]["name"], "Ready" if ready.get("status") == "True" else "NotReady", "<none>",
-            _age(node), info.get("kubeletVersion") or ""]
+    state = "Ready" if ready.get("status") == "True" else "NotReady"
+    if (node.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    return [node["metadata"]["name"], state, "<none>", _age(node), info.get("kubeletVersion") or ""]
 
 
 _NODE_COLUMNS = [_NAME_COLUMN, _column("Status"), _column("Roles"), _column("Age"), _column("Version")]
