@@ -56,11 +56,15 @@ def _largest(sizes: list[int], at_most: int) -> int | None:
     return next((s for s in sizes if s <= at_most), None)
 
 
+def _without_scale_out(block: dict[str, Any]) -> dict[str, Any]:
+    """The change that drops a noted scale-out: null, since the status is written as a merge patch."""
+    return {"scaleOutAfterCheckpoint": None} if block.get("scaleOutAfterCheckpoint") is not None else {}
+
+
 def _resized(status: dict[str, Any], target: int, reason: str, message: str, at: str) -> dict[str, Any]:
     block = status["elastic"]
     elastic = {**block, "currentNodes": target, "nodes": f"{target}/{block['desiredNodes']}",
-               "resizes": block.get("resizes", 0) + 1}
-    elastic.pop("scaleOutAfterCheckpoint", None)
+               "resizes": block.get("resizes", 0) + 1} | _without_scale_out(block)
     conditions = set_condition(status.get("conditions", []), "Running", "False", reason, message, at)
     conditions = set_condition(conditions, "Restarting", "True", reason, message, at)
     conditions = set_condition(conditions, "Resized", "True", reason, message, at)
@@ -100,7 +104,7 @@ def resize(spec: AscendTrainJobSpec, status: dict[str, Any], pods: JobPods, capa
     target = None if fit is None else _largest(sizes, fit)
     if target is None or target <= current:
         if block.get("scaleOutAfterCheckpoint") is not None:  # the capacity went away again
-            return {**status, "elastic": {k: v for k, v in block.items() if k != "scaleOutAfterCheckpoint"}}, "", ""
+            return {**status, "elastic": block | _without_scale_out(block)}, "", ""
         return None
     checkpoint = (status.get("progress") or {}).get("lastCheckpointIteration") or 0
     noted = block.get("scaleOutAfterCheckpoint")

@@ -110,9 +110,9 @@ def test_capacity_back_scales_out_at_the_next_checkpoint_only():
     later = {**noted, "progress": {"lastCheckpointIteration": 8}}
     status, reason, message = elastic.resize(spec, later, running, lambda: 3, AT)
     assert reason == "ScaledOut" and status["elastic"]["currentNodes"] == 2 and "checkpoint at iteration 8" in message
-    assert "scaleOutAfterCheckpoint" not in status["elastic"]
+    assert status["elastic"]["scaleOutAfterCheckpoint"] is None  # null: the merge patch removes it
     gone, reason, _ = elastic.resize(spec, noted, running, lambda: 1, AT)  # the capacity went away again
-    assert reason == "" and "scaleOutAfterCheckpoint" not in gone["elastic"]
+    assert reason == "" and gone["elastic"]["scaleOutAfterCheckpoint"] is None
 
 
 def test_prepare_renders_the_pods_at_the_current_size_and_derive_keeps_the_block():
