@@ -1,9 +1,10 @@
 """How many pods of one shape the cluster's nodes can hold, as kube-scheduler's filters would count them.
 
 A node takes the pod when it is Ready, not cordoned (spec.unschedulable), carries no NoSchedule/NoExecute taint the
-pod does not tolerate, matches the pod's nodeSelector, and has room: status.allocatable minus the requests of the
+pod does not tolerate, matches the pod's nodeSelector and required node affinity (the nodes a fault made the job
+avoid are kept off that way), and has room: status.allocatable minus the requests of the
 non-terminal pods bound to it (spec.nodeName), counting the ``pods`` slot too. The job's own pods are left out of
-the sum, since a resize replaces them. Affinity and topology spread are not modelled: the operator's elastic
+the sum, since a resize replaces them. Pod (anti-)affinity and topology spread are not modelled: the operator's elastic
 logic steps down one size when the count says the pods fit and the scheduler still does not place them.
 """
 from __future__ import annotations
@@ -36,6 +37,35 @@ def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
+def _matches(expression: dict[str, Any], value: str | None) -> bool:
+    operator, values = expression.get("operator"), expression.get("values") or []
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and value.lstrip("-").isdigit() and values:
+        return int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
+    return False
+
+
+def _node_affinity_allows(node: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """The pod's requiredDuringScheduling node affinity: any term whose expressions (labels) and fields
+    (metadata.name) all match."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if not terms:
+        return True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any(all(_matches(e, labels.get(e.get("key"))) for e in term.get("matchExpressions") or []) and
+               all(_matches(e, fields.get(e.get("key"))) for e in term.get("matchFields") or [])
+               for term in terms)
+
+
 def takes(node: dict[str, Any], pod: dict[str, Any]) -> bool:
     """Whether the scheduler may place ``pod`` on ``node`` at all (resources aside)."""
     spec, status = node.get("spec") or {}, node.get("status") or {}
@@ -49,7 +79,7 @@ def takes(node: dict[str, Any], pod: dict[str, Any]) -> bool:
             return False
     labels = (node.get("metadata") or {}).get("labels") or {}
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return all(labels.get(k) == v for k, v in selector.items())
+    return all(labels.get(k) == v for k, v in selector.items()) and _node_affinity_allows(node, pod)
 
 
 def pods_that_fit(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], shape: dict[str, Any],

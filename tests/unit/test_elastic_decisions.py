@@ -60,6 +60,11 @@ def test_capacity_counts_allocatable_minus_bound_requests_and_skips_unusable_nod
     assert pods_that_fit(nodes, pods, tolerant, _mine) == 7
     selective = {**SHAPE, "spec": {**SHAPE["spec"], "nodeSelector": {"kubernetes.io/hostname": "a"}}}
     assert pods_that_fit(nodes, pods, selective, _mine) == 1
+    # A node the job avoids after a fault (required node affinity, hostname NotIn) holds none of its pods.
+    avoiding = {**SHAPE, "spec": {**SHAPE["spec"], "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}]}]}}}}}
+    assert pods_that_fit(nodes, pods, avoiding, _mine) == 2
 
 
 def _status(current, phase="Restarting", checkpoint=None, **elastic_extra):
