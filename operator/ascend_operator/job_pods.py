@@ -39,7 +39,10 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
         out_status["conditions"] = conditions
     if status.get("containerStatuses"):
         out_status["containerStatuses"] = [_slim_container(cs) for cs in status["containerStatuses"]]
-    return {"metadata": out_meta, "status": out_status}
+    slimmed = {"metadata": out_meta, "status": out_status}
+    if (pod.get("spec") or {}).get("nodeName"):  # which node to avoid when it fails (infra_fault.py)
+        slimmed["spec"] = {"nodeName": pod["spec"]["nodeName"]}
+    return slimmed
 
 
 def index(pod: dict[str, Any]) -> int:

@@ -186,10 +186,13 @@ class Kube:
         return self._list_all("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
 
     @uses("", "pods", "delete")
-    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> bool:
         """Delete this very pod (the uid guards against deleting a newer pod of the same name). False: it was
-        already gone (404) or is a newer pod of that name (409)."""
+        already gone (404) or is a newer pod of that name (409). ``grace_seconds=0``: force, without waiting for
+        a kubelet to confirm (for a pod whose node is gone)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         try:
             _retrying(lambda: self._json("DELETE", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", body),
                       retry_conflict=False)

@@ -8,6 +8,7 @@ from typing import Any
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from .disruption import disruption
 from .failure_cause import failure_cause
+from .infra_fault import fault, node_name
 from .job_pods import JobPods, terminating
 
 TERMINAL = ("Succeeded", "Failed")
@@ -127,6 +128,25 @@ def _restart(status: dict[str, Any], reason: str, message: str, policy: RunPolic
         ({"disruptions": disruptions} if disruptions else {})
 
 
+def _restart_avoiding(status: dict[str, Any], faults: list[tuple[dict[str, Any], tuple[str, str]]],
+                      policy: RunPolicy, at: str) -> dict[str, Any]:
+    """A gang restart after pods failed because of their node or device: those nodes join status.avoidedNodes
+    (the new pods are kept off them) and the restart is a disruption, not counted against backoffLimit."""
+    avoided = [dict(a) for a in status.get("avoidedNodes") or []]
+    known = {a["node"] for a in avoided}
+    for pod, (reason, why) in faults:
+        node = node_name(pod)
+        if node and node not in known:
+            avoided.append({"node": node, "reason": reason, "message": f"pod {pod['metadata']['name']}: {why}",
+                            "time": at})
+            known.add(node)
+    pod, (reason, why) = faults[0]
+    message = f"pod {pod['metadata']['name']} on node {node_name(pod) or '?'}: {why}"
+    if avoided:
+        message += f"; new pods avoid node(s) {', '.join(a['node'] for a in avoided)}"
+    return _restart({**status, "avoidedNodes": avoided}, reason, message, policy, at, disrupted=True)
+
+
 def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
            at: dt.datetime | None = None) -> dict[str, Any]:
     """The next status for a job whose objects exist and which expects ``expected`` pods.
@@ -141,7 +161,7 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
                                                          "disruptions", "progress", "phase", "hostPorts",
-                                                         "evaluation", "elastic")}
+                                                         "evaluation", "avoidedNodes", "elastic")}
     status.setdefault("conditions", [])
     status["replicas"] = counts = pods.replica_counts()
     phase = previous.get("phase")
@@ -154,6 +174,9 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
                        f"runPolicy.activeDeadlineSeconds ({policy.activeDeadlineSeconds}) passed", stamp)
     if pods.count("Failed"):
         failed = pods.in_phase("Failed")
+        # A node or device fault explains the other ranks' failures too (their peer vanished mid-collective).
+        if faults := [(p, f) for p in failed if (f := fault(p))]:
+            return _restart_avoiding(status, faults, policy, stamp)
         disrupted = [(p, why) for p in failed if (why := disruption(p))]
         if len(disrupted) == len(failed):
             pod, why = disrupted[0]
@@ -169,6 +192,8 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
         gone = ", ".join(str(i) for i in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
         # Preempted or evicted: the pod is on its way out with the cluster's reason on it.
         leaving = next(((p, why) for p in pods if terminating(p) and (why := disruption(p))), None)
+        if faults := [(p, f) for p in pods if terminating(p) and (f := fault(p))]:
+            return _restart_avoiding(status, faults, policy, stamp)
         if leaving:
             pod, why = leaving
             return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)

@@ -154,6 +154,20 @@ class ReplicaStatus(KubeModel):
 Phase = Literal["Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
+class AvoidedNode(KubeModel):
+    """A node the job's pods are kept off, after a pod failed because of it."""
+
+    node: str
+    """The node's name (its kubernetes.io/hostname label)."""
+    reason: Literal["NodeFault", "DeviceFault"]
+    """NodeFault: the node went NotReady, unreachable or away under the pod; DeviceFault: the pod died of an
+    accelerator error."""
+    message: str = ""
+    """What said so: the pod's DisruptionTarget condition, or the error line of its termination message."""
+    time: str | None = None
+    """When the restart that avoids it began (RFC 3339)."""
+
+
 class JobStatusBase(KubeModel):
     """Status fields every kind shares."""
 
@@ -166,8 +180,11 @@ class JobStatusBase(KubeModel):
     restarts: int = 0
     """Gang restarts so far."""
     disruptions: int = 0
-    """Of those, restarts after the cluster preempted or evicted a pod (condition DisruptionTarget): not
-    counted against runPolicy.backoffLimit."""
+    """Of those, restarts after the cluster preempted or evicted a pod (condition DisruptionTarget) or a pod's node
+    or device failed (avoidedNodes): not counted against runPolicy.backoffLimit."""
+    avoidedNodes: list[AvoidedNode] = []
+    """Nodes where a pod failed because of the node or its device: later pods get a required node affinity
+    (kubernetes.io/hostname NotIn) that keeps them off. Clear it (a status patch) once a node is repaired."""
     startTime: str | None = None
     """When the first pod started running."""
     completionTime: str | None = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from .. import elastic
+from .. import elastic, infra_fault
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from ..capacity import pods_that_fit
@@ -28,8 +28,9 @@ def prepare(obj: dict[str, Any], spec: AscendTrainJobSpec, status: dict[str, Any
     return spec, {**ports, **sized}
 
 
-def _capacity(name: str, namespace: str, spec: AscendTrainJobSpec) -> int | None:
-    """How many of this job's pods the nodes hold (None: the operator may not list nodes or pods)."""
+def _capacity(name: str, namespace: str, spec: AscendTrainJobSpec, avoided: list[str]) -> int | None:
+    """How many of this job's pods the nodes hold, kept off the ``avoided`` nodes as the pods will be (None: the
+    operator may not list nodes or pods)."""
     try:
         nodes, pods = kube().list_nodes(), kube().list_live_pods()
     except ApiException as e:
@@ -45,7 +46,9 @@ def _capacity(name: str, namespace: str, spec: AscendTrainJobSpec) -> int | None
         return meta.get("namespace") == namespace and labels.get(LABEL_JOB_NAME) == name and \
             labels.get(LABEL_JOB_KIND) == TRAIN_JOB.kind
 
-    return pods_that_fit(nodes, pods, render.pod(name, namespace, spec, 0), own)
+    shape = render.pod(name, namespace, spec, 0)
+    infra_fault.avoid_nodes([shape], avoided)
+    return pods_that_fit(nodes, pods, shape, own)
 
 
 def resize(obj: dict[str, Any], desired: AscendTrainJobSpec, status: dict[str, Any],
@@ -54,5 +57,6 @@ def resize(obj: dict[str, Any], desired: AscendTrainJobSpec, status: dict[str, A
     if desired.elastic is None:
         return None
     name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
-    return elastic.resize(desired, status, pods, lambda: _capacity(name, namespace, desired),
+    avoided = [a["node"] for a in status.get("avoidedNodes") or []]
+    return elastic.resize(desired, status, pods, lambda: _capacity(name, namespace, desired, avoided),
                           dt.datetime.now(dt.timezone.utc))

@@ -28,7 +28,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import fan_out, history, metrics
+from .. import fan_out, history, infra_fault, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy
 from ..job_pods import JobPods
@@ -156,9 +156,12 @@ def summarize(names: list[str], shown: int = 3) -> str:
     return ", ".join(parts)
 
 
-def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any) -> list[str]:
-    """Create the objects that do not exist yet: the others first, then the pods a few at a time."""
+def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any,
+            avoided: list[str]) -> list[str]:
+    """Create the objects that do not exist yet: the others first, then the pods a few at a time; the pods are
+    kept off the ``avoided`` nodes."""
     objects = job.render(name, namespace, spec)
+    infra_fault.avoid_nodes(objects, avoided)
     kopf.adopt(objects, owner=obj)
     kueue.keep_off_children(objects)
 
@@ -204,6 +207,26 @@ def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status:
         return spec, {**status, "phase": "Failed", "conditions": conditions, "completionTime": at}, False
     conditions = set_condition(conditions, "DependenciesReady", "True", "DependenciesSucceeded", message, at)
     return spec, {**status, "conditions": conditions}, True
+
+
+def _release_lost(obj: dict[str, Any], key: JobKey, pods: JobPods) -> None:
+    """Force-delete the pods evicted from a node that went NotReady or unreachable: no kubelet there will confirm
+    their deletion, and the new gang reuses their names. (Their processes may still run on a node that is only
+    cut off; a training job's new gang does not share state with them, and the old ranks' collectives fail.)"""
+    for pod in pods:
+        if pod["metadata"].get("deletionTimestamp") and infra_fault.node_fault(pod):
+            if kube().delete_pod(key[1], pod["metadata"]["name"], pod["metadata"]["uid"], grace_seconds=0):
+                _event(obj, "PodForceDeleted", f"pod {pod['metadata']['name']} force-deleted: its node "
+                                               f"{infra_fault.node_name(pod) or '?'} cannot confirm the deletion")
+
+
+def _announce_avoided(obj: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> None:
+    """One Warning event per node newly avoided, naming it (reason NodeFault or DeviceFault)."""
+    known = {a["node"] for a in before.get("avoidedNodes") or []}
+    for a in after.get("avoidedNodes") or []:
+        if a["node"] not in known:
+            _event(obj, a["reason"], f"node {a['node']}: {a['message']}; the job's new pods avoid it and the "
+                                     "restart is not counted against runPolicy.backoffLimit", warning=True)
 
 
 def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
@@ -272,11 +295,14 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     status = {**status, **extra}
     restarting = status.get("phase") == "Restarting"
     key = (job.kind.kind, namespace, name)
+    if restarting and pods.terminating:
+        _release_lost(obj, key, pods)
     if (not is_true(status, "Created") or (restarting and not pods.live_count)) and not pods.terminating:
         if not create_errors.due(key):
             return status  # backing off after a refused create
         try:
-            created = _create(job, obj, namespace, name, spec)
+            created = _create(job, obj, namespace, name, spec,
+                              [a["node"] for a in status.get("avoidedNodes") or []])
         except create_errors.ChildCreateFailed as e:
             status, message, permanent = create_errors.failed(key, e.what, e.error, status, at)
             if permanent:  # the phase change posts the Warning event; a partial gang is of no use
@@ -296,6 +322,7 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     if new.get("restarts", 0) > status.get("restarts", 0):
         deleted = _delete_pods(key, pods.live())
         metrics.RESTARTS.labels(job.kind.kind).inc()
+        _announce_avoided(obj, status, new)
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
     if (change := job.resize(obj, desired, new, pods)) is not None:

@@ -410,7 +410,7 @@ def node(args: argparse.Namespace) -> int:
     done.unlink()
     if answer != "ok":
         raise UsageError(answer.strip("'\""))
-    lost = "lost: its pods' processes are killed and it posts no more status"
+    lost = "lost: its pods' processes are stopped (killed once their pods are gone); it posts no more status"
     print(f"node/{args.name} {lost if args.action == 'lose' else 'added'}")
     return 0
 

@@ -61,6 +61,7 @@ class LocalCluster:
         self.api_server = LocalApiServer(port=port, pod_log_file=lambda ns, name: pod_log_path(self.root, ns, name),
                                          state_file=self.root / STATE_FILE)
         self.runners: dict[str, PodRunner] = {}
+        self._lost: dict[str, PodRunner] = {}  # their frozen processes die with their pods
         self.scheduler: Scheduler | None = None
         self.node_lifecycle: NodeLifecycle | None = None
         self._network: tuple[PodNetwork, IpAllocator] | None = None
@@ -148,8 +149,9 @@ class LocalCluster:
             if part is not None:
                 part.stop()
         self.scheduler = self.node_lifecycle = None
-        for name in list(self.runners):
-            self.runners.pop(name).stop()
+        for runners in (self.runners, self._lost):
+            for name in list(runners):
+                runners.pop(name).stop()
         if self._network is not None:
             self._network[0].close()
             self._network = None
@@ -167,16 +169,20 @@ class LocalCluster:
         if name in self.runners:
             raise ValueError(f"node {name} is already running")
         assert self._network is not None, "the cluster is not started"
+        if name in self._lost:  # a reboot: what ran there before is gone
+            self._lost.pop(name).stop()
         self.runners[name] = PodRunner(self.kubeconfig, self.root, name, capacity or self.capacity,
                                        network=self._network).start()
         return self.runners[name]
 
     def lose_node(self, name: str) -> None:
-        """The machine ``name`` dies: its pods' processes are killed and its kubelet goes silent; the node
-        lifecycle controller marks it Unknown after ``node_grace_s`` and taint eviction ends its pods."""
+        """The machine ``name`` dies: its pods' processes stop (and are killed once their pods are gone) and its
+        kubelet goes silent; the node lifecycle controller marks it Unknown after ``node_grace_s`` and taint
+        eviction ends its pods."""
         if name not in self.runners:
             raise ValueError(f"no running node {name} (running: {', '.join(self.runners) or 'none'})")
-        self.runners.pop(name).lose()
+        self._lost[name] = self.runners.pop(name)
+        self._lost[name].lose()
 
     def kill_pod(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
         """Signal a pod's container on whichever node runs it (as ``PodRunner.kill``)."""

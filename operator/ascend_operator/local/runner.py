@@ -5,8 +5,8 @@ condition, refreshed every ``heartbeat_interval`` as the kubelet's node status u
 the pods bound to its node (``local.scheduler`` binds them), starts each pod's first container as a local process
 group (see ``pod_environment`` for env, volumes and the path/DNS rewrites), and reports status the way a kubelet
 does: Pending -> Running -> Succeeded/Failed, with restartPolicy honoured. ``lose`` plays a node that dies: its
-processes are killed at once and it posts nothing more, so the node lifecycle controller (``node_lifecycle``)
-finds it silent.
+processes stop at once and it posts nothing more, so the node lifecycle controller (``node_lifecycle``) finds it
+silent.
 
 Differs from a kubelet: no images (the host's Python environment is the image), no init or sidecar containers
 (only the first container runs), no probes, no cgroup limits (requests are only what the scheduler accounts),
@@ -98,7 +98,9 @@ class PodRunner:
         self.network, self.ips = network or (lambda n: (n, IpAllocator(n.prefix)))(claim_network())
         self.bind_shim = bind_shim(self.root / "bin")
         self._containers: dict[tuple[str, str], RunningContainer] = {}
+        self._frozen: dict[str, RunningContainer] = {}  # by pod uid, after ``lose``
         self._stop = threading.Event()
+        self._reaped = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -111,15 +113,38 @@ class PodRunner:
         return self
 
     def lose(self) -> None:
-        """The node dies: every process of its pods is killed now and nothing more is posted (no pod status,
-        no heartbeat); the API still shows its pods as they were, as it would for a node that lost power."""
+        """The node's machine dies: its pods' processes stop at once (SIGSTOP) and nothing more is posted (no pod
+        status, no heartbeat); the API still shows its pods as they were, as it would for a node that lost power.
+
+        The processes are frozen rather than killed on the spot because every local node shares the host's
+        kernel: a killed process's sockets send resets to its peers at once, which a machine that lost power never
+        does (its peers hang in their collectives until the cluster reacts). Each frozen process is killed when
+        its pod leaves the API (force-deleted, or garbage-collected with the node) or the node is stopped or
+        added again (a reboot).
+        """
         self._stop.set()
         for thread in self._threads:
             thread.join(30)
         for running in self._containers.values():
-            self._kill_now(running)
+            if running.process is not None and running.process.poll() is None:
+                _signal_group(running.process, signal.SIGSTOP)
+        self._frozen = {r.uid: r for r in self._containers.values() if r.process and r.process.poll() is None}
         self._containers.clear()
-        self._close()
+        self._reaped.clear()
+        self._threads = [threading.Thread(target=self._reap, name=f"reaper-{self.node_name}", daemon=True)]
+        self._threads[0].start()
+
+    def _reap(self) -> None:
+        """Kill a lost node's frozen processes as their pods leave the API."""
+        while self._frozen and not self._reaped.wait(0.5):
+            try:
+                listed = json.loads(self.core.list_pod_for_all_namespaces(
+                    field_selector=f"spec.nodeName={self.node_name}", _preload_content=False).data)["items"]
+            except Exception:  # the API is going away: stop() kills them all
+                continue
+            present = {p["metadata"]["uid"] for p in listed}
+            for uid in [u for u in self._frozen if u not in present]:
+                self._kill_now(self._frozen.pop(uid))
 
     def _close(self) -> None:
         self._api_client.close()
@@ -137,8 +162,12 @@ class PodRunner:
     def stop(self) -> None:
         """Stop polling and kill every process this runner started (TERM, then KILL)."""
         self._stop.set()
+        self._reaped.set()
         for thread in self._threads:
             thread.join(30)
+        for frozen in self._frozen.values():
+            self._kill_now(frozen)
+        self._frozen.clear()
         running = [c.process for c in self._containers.values() if c.process and c.process.poll() is None]
         for process in running:
             _signal_group(process, signal.SIGTERM)

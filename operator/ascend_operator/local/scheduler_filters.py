@@ -180,13 +180,7 @@ def inter_pod_affinity(pod: Pod, node: Node, placed: Mapping[str, list[Pod]],
         return host is not None and value is not None and domain(host, key) == value
 
     existing = [p for pods in placed.values() for p in pods]
-    for other in existing:  # the existing pods' anti-affinity against this one
-        for term in _affinity_terms(other, "podAntiAffinity"):
-            if _term_selects(term, other, pod) and same_domain(other, term.get("topologyKey", "")):
-                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
-    for term in _affinity_terms(pod, "podAntiAffinity"):
-        if any(_term_selects(term, pod, o) and same_domain(o, term.get("topologyKey", "")) for o in existing):
-            return ["node(s) didn't match pod anti-affinity rules"]
+    # kube-scheduler's order: the pod's affinity, its anti-affinity, then the existing pods' anti-affinity.
     for term in _affinity_terms(pod, "podAffinity"):
         key = term.get("topologyKey", "")
         if any(_term_selects(term, pod, o) and same_domain(o, key) for o in existing):
@@ -196,6 +190,13 @@ def inter_pod_affinity(pod: Pod, node: Node, placed: Mapping[str, list[Pod]],
                 and domain(node, key) is not None:
             continue
         return ["node(s) didn't match pod affinity rules"]
+    for term in _affinity_terms(pod, "podAntiAffinity"):
+        if any(_term_selects(term, pod, o) and same_domain(o, term.get("topologyKey", "")) for o in existing):
+            return ["node(s) didn't match pod anti-affinity rules"]
+    for other in existing:  # the existing pods' anti-affinity against this one
+        for term in _affinity_terms(other, "podAntiAffinity"):
+            if _term_selects(term, other, pod) and same_domain(other, term.get("topologyKey", "")):
+                return ["node(s) didn't satisfy existing pods anti-affinity rules"]
     return []
 
 
@@ -228,8 +229,8 @@ def free_share(pod: Pod, node: Node, placed: Mapping[str, list[Pod]]) -> Fractio
 
 
 def unschedulable_message(node_count: int, reasons: Counter[str]) -> str:
-    """kube-scheduler's FitError text: reasons by how many nodes gave them, sorted by text."""
-    text = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    """kube-scheduler's FitError text: "<count> <reason>" for each reason, sorted as strings (count first)."""
+    text = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
     return f"0/{node_count} nodes are available: {text}." if text else f"0/{node_count} nodes are available."
 
 
