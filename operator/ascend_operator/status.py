@@ -186,6 +186,12 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
         if permanent:
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
         return _restart(status, failures[0][1], failures[0][2], policy, stamp)
+    if phase == "Restarting" and pods.terminating:
+        # A node lost under the new gang while it starts: its pod is evicted. (The old gang's evicted pods are
+        # on nodes already avoided, so they restart nothing twice.)
+        avoided = {a["node"] for a in status.get("avoidedNodes") or []}
+        if fresh := [(p, f) for p in pods if terminating(p) and (f := fault(p)) and node_name(p) not in avoided]:
+            return _restart_avoiding(status, fresh, policy, stamp)
     if pods.live_count < expected and phase in ("Running", "Pending") and created.get("status") == "True":
         # Someone deleted a pod (a drain, a preemption): only the policy brings it back, with the whole gang.
         missing = sorted(set(range(expected)) - pods.live_indexes())

@@ -12,6 +12,7 @@ import pytest
 
 from ascend_operator.local.cli import main
 from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.resource_client import ResourceClient
 
 pytestmark = pytest.mark.operator
 
@@ -68,6 +69,15 @@ def test_backgrounded_up_stops_on_sigint_and_on_local_down(tmp_path, capsys):
     process = _background_up(root)
     assert main(["--root", str(root), "local", "up"]) == 1  # one cluster per root
     assert "already runs" in capsys.readouterr().err
+    # Node faults from another shell: a cordon is an API call, a lost or added node the `local up` process's work.
+    for action, name in (("cordon", "local"), ("lose", "local"), ("add", "node-2")):
+        assert main(["--root", str(root), "local", "node", action, name]) == 0, capsys.readouterr().err
+    assert main(["--root", str(root), "local", "node", "lose", "local"]) == 1
+    assert "no running node local (running: node-2)" in capsys.readouterr().err
+    resources = ResourceClient(root / "kubeconfig")
+    nodes = {n["metadata"]["name"]: n for n in resources.list(resources.resolve("nodes"), None)}
+    resources.close()
+    assert nodes["local"]["spec"]["unschedulable"] is True and set(nodes) == {"local", "node-2"}
     assert main(["--root", str(root), "local", "down"]) == 0
     assert f"pid {process.pid}" in capsys.readouterr().out
     out, _ = process.communicate(timeout=60)

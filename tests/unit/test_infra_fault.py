@@ -93,3 +93,14 @@ def test_avoidance_is_added_to_every_term_of_the_users_affinity():
         "matchExpressions"]) == 1  # the spec's own dict is untouched
     assert objects[2]["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [rule]}]}}}
+
+
+def test_a_node_lost_while_the_new_gang_starts_restarts_again_but_an_old_eviction_does_not():
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    restarting = {"phase": "Restarting", "restarts": 1, "disruptions": 1,
+                  "avoidedNodes": [{"node": "node-1", "reason": "NodeFault", "message": "m", "time": "t"}]}
+    old = pod(0, "Running", node="node-1", deleting=True, conditions=[evicted])  # before the new gang exists
+    assert derive([old, pod(1, "Running", node="node-2", deleting=True)], 2, restarting)["restarts"] == 1
+    new = pod(1, "Running", node="node-3", deleting=True, conditions=[evicted])
+    again = derive([pod(0, "Pending", node="node-2"), new], 2, restarting)
+    assert again["restarts"] == 2 and [a["node"] for a in again["avoidedNodes"]] == ["node-1", "node-3"]

@@ -1,0 +1,96 @@
+"""Faults of a node or its device on a three-node local cluster: the gang restarts away from the node, the node is
+listed in status.avoidedNodes, and neither restart spends runPolicy.backoffLimit (0 here: one counted restart
+would fail the job). First a rank dies of a device error; then a node is lost (its kubelet goes silent, the taint
+manager evicts its pod) and a fresh node joins, where the job continues and finishes."""
+from __future__ import annotations
+
+import copy
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_operator.api.group import LABEL_JOB_NAME
+from ascend_operator.local.cluster import LocalCluster
+from ascend_operator.local.pod_environment import termination_message_file
+
+pytestmark = pytest.mark.e2e
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+DEVICE_ERROR = ("RuntimeError: ACL stream synchronize failed.\n"
+                "EZ9999: Inner Error! The error from device(chipId:0, dieId:0), an exception occurred: device error")
+
+
+def _job() -> dict:
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "isolate"
+    train = job["spec"]["train"]
+    train["training"]["trainIters"] = 20
+    train["checkpoint"].update(save="/workspace/checkpoints/isolate", saveInterval=10)
+    train["observability"]["logInterval"] = 10
+    job["spec"]["runPolicy"] = {"backoffLimit": 0}
+    # The user's own rule, one rank per node: the operator's avoidance is added to it, not put in its place.
+    job["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {LABEL_JOB_NAME: "isolate"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return job
+
+
+def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(tmp_path):
+    with LocalCluster(root=tmp_path / "cluster", operator=True, nodes=3, node_grace_s=4.0) as cluster:
+        resources = cluster.client()
+        atj, pods, events = (resources.resolve(k) for k in ("atj", "pods", "events"))
+        resources.apply(_job())
+
+        def status() -> dict:
+            return resources.get(atj, "isolate", "default").get("status") or {}
+
+        def wait(predicate, what: str, timeout: float = 240) -> dict:
+            deadline = time.monotonic() + timeout
+            while not predicate(current := status()):
+                assert current.get("phase") not in ("Succeeded", "Failed"), f"{what}: {current}"
+                assert time.monotonic() < deadline, f"{what}: {current}"
+                time.sleep(0.3)
+            return current
+
+        def placement() -> dict[str, str]:
+            return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in resources.list(pods, "default")
+                    if not p["metadata"].get("deletionTimestamp")}
+
+        wait(lambda s: s.get("phase") == "Running", "not running")  # faults at start-up are faults all the same
+        first = placement()
+        faulty = first["isolate-1"]
+        # Rank 1's chip fails: the process dies with the CANN error as its termination message.
+        termination_message_file(cluster.root / "pods" / "default" / "isolate-1").write_text(DEVICE_ERROR)
+        cluster.kill_pod("default", "isolate-1", signal.SIGKILL)
+        after_device = wait(lambda s: s.get("phase") == "Running" and s.get("restarts") == 1, "no restart")
+        assert [(a["node"], a["reason"]) for a in after_device["avoidedNodes"]] == [(faulty, "DeviceFault")]
+        assert "EZ9999" in after_device["avoidedNodes"][0]["message"]
+        second = placement()
+        assert faulty not in second.values() and len(set(second.values())) == 2, second
+        pod = resources.get(pods, "isolate-0", "default")
+        affinity = pod["spec"]["affinity"]
+        assert affinity["podAntiAffinity"] == _job()["spec"]["affinity"]["podAntiAffinity"]
+        assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [faulty]}]}]
+
+        # Rank 0's node is lost; the third node is avoided, so the job can go on only once a new node joins.
+        lost = second["isolate-0"]
+        cluster.lose_node(lost)
+        cluster.add_node("node-4")
+        final = wait(lambda s: s.get("phase") == "Succeeded" or (s.get("restarts") == 2 and s.get("phase") in (
+            "Running", "Succeeded")), "no restart after the node was lost", timeout=300)
+        third = placement()
+        assert sorted(third.values()) == sorted({*second.values(), "node-4"} - {lost}), third
+        assert [(a["node"], a["reason"]) for a in final["avoidedNodes"]] == [(faulty, "DeviceFault"),
+                                                                              (lost, "NodeFault")]
+        assert "DeletionByTaintManager" in final["avoidedNodes"][1]["message"]
+        final = wait(lambda s: s.get("phase") == "Succeeded", "did not finish", timeout=300)
+        reasons = {e["reason"]: e["message"] for e in resources.list(events, "default")
+                   if e["involvedObject"].get("name") == "isolate"}
+        resources.close()
+    assert final["phase"] == "Succeeded", final
+    assert (final["restarts"], final["disruptions"]) == (2, 2)  # neither counted: backoffLimit 0 was enough
+    assert final["progress"]["iteration"] == 20
+    assert faulty in reasons["DeviceFault"] and lost in reasons["NodeFault"], reasons
