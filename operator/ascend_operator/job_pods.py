@@ -14,7 +14,7 @@ from typing import Any
 from .api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
-_CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disruption.py
+_CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disruption.py; PodScheduled's time: elastic.py
 
 
 def _slim_container(cs: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
     if meta.get("deletionTimestamp"):
         out_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     out_status = {k: status[k] for k in ("phase", "podIP", "reason", "message") if status.get(k)}
-    conditions = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+    conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
                   for c in status.get("conditions") or [] if c.get("type") in _CONDITIONS]
     if conditions:
         out_status["conditions"] = conditions

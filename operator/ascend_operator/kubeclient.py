@@ -163,15 +163,27 @@ class Kube:
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         """Pods matching the labels, LIST_CHUNK at a time (``limit``/``continue``)."""
         selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        return self._list_all(f"/api/v1/namespaces/{quote(namespace)}/pods", {"labelSelector": selector})
+
+    def _list_all(self, path: str, query: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         token = None
         while True:
-            page = _retrying(lambda: self._json("GET", f"/api/v1/namespaces/{quote(namespace)}/pods", query={
-                "labelSelector": selector, "limit": LIST_CHUNK, "continue": token}))
+            page = _retrying(lambda: self._json("GET", path, query={**query, "limit": LIST_CHUNK, "continue": token}))
             items.extend(page["items"])
             token = page["metadata"].get("continue")
             if not token:
                 return items
+
+    @uses("", "nodes", "list")
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node (an elastic job's capacity: allocatable, taints, readiness)."""
+        return self._list_all("/api/v1/nodes", {})
+
+    @uses("", "pods", "list")
+    def list_live_pods(self) -> list[dict[str, Any]]:
+        """The non-terminal pods of every namespace (those bound to a node hold its capacity)."""
+        return self._list_all("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
 
     @uses("", "pods", "delete")
     def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> bool:

@@ -14,6 +14,8 @@ REGISTRY = CollectorRegistry()
 JOBS = Gauge("ascend_operator_jobs", "Jobs the operator follows, by kind and phase", ["kind", "phase"],
              registry=REGISTRY)
 RESTARTS = Counter("ascend_operator_gang_restarts", "Gang restarts ordered", ["kind"], registry=REGISTRY)
+RESIZES = Counter("ascend_operator_elastic_resizes", "Elastic jobs restarted at another size, by reason (ScaledIn, "
+                  "ScaledOut)", ["kind", "reason"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram("ascend_operator_reconcile_seconds", "Time to reconcile one job", ["kind"],
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
 API_ERRORS = Counter("ascend_operator_api_errors", "Kubernetes API calls that failed, by HTTP status",

@@ -161,7 +161,7 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
                                                          "disruptions", "progress", "phase", "hostPorts",
-                                                         "evaluation", "avoidedNodes")}
+                                                         "evaluation", "avoidedNodes", "elastic")}
     status.setdefault("conditions", [])
     status["replicas"] = counts = pods.replica_counts()
     phase = previous.get("phase")

@@ -43,7 +43,7 @@ def test_train_job_crd_has_status_columns_and_short_name():
     assert crd["spec"]["names"]["shortNames"] == ["atj"]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Iter", "Loss", "Tok/s", "Eval",
-                                                                       "Restarts", "Age", "Failure"]
+                                                                       "Restarts", "Nodes", "Age", "Failure"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == ["image"]  # train, evaluation or trainer: a CEL rule asks for one of them
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]

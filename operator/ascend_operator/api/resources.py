@@ -40,6 +40,7 @@ RESOURCES: dict[str, Resource] = {
             ("Tok/s", "string", ".status.progress.columns.tokensPerSecond", "Tokens per second over all ranks"),
             ("Eval", "string", ".status.evaluation.summary", "Benchmark accuracy per task (spec.evaluation)"),
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
+            ("Nodes", "string", ".status.elastic.nodes", "Current/desired pods of an elastic job", 1),
             _AGE,
             _FAILURE,
         ),

@@ -11,6 +11,7 @@ from ascend_engine.config.evaluate import EvaluateConfig
 from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
+from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
 from .run_policy import RunPolicy
@@ -92,7 +93,7 @@ class AscendTrainJobSpec(PodSettings):
     model_config = PodSettings.model_config | {
         "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
-                                                              *TRAINER_RULES]}}
+                                                              *TRAINER_RULES, *ELASTIC_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -119,6 +120,10 @@ class AscendTrainJobSpec(PodSettings):
     """Volcano queue of the PodGroup (gangScheduling volcano)."""
     runPolicy: RunPolicy = RunPolicy()
     """Restarts, deadline, clean-up, TTL and suspension."""
+    elastic: ElasticPolicy | None = None
+    """Elastic data parallelism: when pods cannot be scheduled after a fault, continue from the last checkpoint on
+    fewer pods (down to elastic.minNodes) with the same global batch, and scale back out to nnodes at the next
+    checkpoint once capacity returns."""
     datasetPrepRef: ObjectName | None = None
     """Name of a DatasetPrep in the same namespace: the job stays Pending until it has succeeded, then trains
     on its outputs (they become train.data.dataPath)."""
@@ -166,6 +171,8 @@ class AscendTrainJobSpec(PodSettings):
                 self.train.check_world_size(self.world_size)
             except ValueError as e:
                 raise ValueError(f"nnodes x nprocPerNode ({self.nnodes} x {self.nprocPerNode}): {e}") from None
+        if self.elastic is not None:
+            self._check_elastic(self.elastic)
         broken = (bool(self.datasetPrepRef and self.train and self.train.data.dataPath),
                   bool(self.checkpointConvertRef and self.train and self.train.checkpoint.load),
                   bool(self.volcanoQueue and self.gangScheduling != "volcano"))
@@ -173,6 +180,34 @@ class AscendTrainJobSpec(PodSettings):
             if bad:
                 raise ValueError(rule["message"])
         return self
+
+    def _check_elastic(self, elastic: ElasticPolicy) -> None:
+        needs_train, at_most, needs_save = ELASTIC_RULES[:3]
+        if self.train is None:
+            raise ValueError(needs_train["message"])
+        if elastic.minNodes > self.nnodes:
+            raise ValueError(f"elastic.minNodes ({elastic.minNodes}) must be at most nnodes ({self.nnodes}): "
+                             "nnodes is the desired and largest size")
+        if not self.train.checkpoint.save:
+            raise ValueError(needs_save["message"])
+        try:
+            self.train.check_world_size(elastic.minNodes * self.nprocPerNode)
+        except ValueError as e:
+            raise ValueError(f"elastic.minNodes x nprocPerNode ({elastic.minNodes} x {self.nprocPerNode}): {e}") from None
+
+    def elastic_sizes(self) -> list[int]:
+        """Pod counts the job may run at, largest first: nnodes down to elastic.minNodes, those whose world size
+        TP x PP (x EP) and the global batch allow (just nnodes without elastic)."""
+        low = self.elastic.minNodes if self.elastic else self.nnodes
+        sizes = []
+        for nodes in range(self.nnodes, low - 1, -1):
+            try:
+                if self.train is not None:
+                    self.train.check_world_size(nodes * self.nprocPerNode)
+            except ValueError:
+                continue
+            sizes.append(nodes)
+        return sizes
 
 
 class ProgressColumns(KubeModel):
@@ -286,3 +321,5 @@ class AscendTrainJobStatus(JobStatusBase):
     """Benchmark results of spec.evaluation."""
     hostPorts: HostPorts | None = None
     """Ports assigned to a hostNetwork job."""
+    elastic: ElasticStatus | None = None
+    """Desired and current size of an elastic job."""

@@ -65,6 +65,10 @@ class JobKind:
     # Indices of the pods whose metrics endpoint and final report make the progress (later ones win): rank 0 for
     # the engine; a Megatron-style trainer prints its iteration lines on the last rank.
     reporting_pods: Callable[[Any], list[int]] = lambda spec: [0]
+    # (job object, spec before prepare, derived status, pods) -> (status, reason, message) to restart at another
+    # size (reason ScaledIn / ScaledOut), (status, "", "") for a status-only change, or None: elastic jobs.
+    resize: Callable[[dict[str, Any], Any, dict[str, Any], JobPods], tuple[dict[str, Any], str, str] | None] = \
+        lambda obj, spec, status, pods: None
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -286,6 +290,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
 def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any, policy: RunPolicy,
             pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
     """Create the objects when due (first time, after a gang restart, on resume), then derive the status."""
+    desired = spec
     spec, extra = job.prepare(obj, spec, status)
     status = {**status, **extra}
     restarting = status.get("phase") == "Restarting"
@@ -320,6 +325,13 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         _announce_avoided(obj, status, new)
         _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
         return new
+    if (change := job.resize(obj, desired, new, pods)) is not None:
+        new, reason, message = change
+        if reason:  # a gang restart at the new size: the pods are created again once these are gone
+            deleted = _delete_pods(key, pods.live())
+            metrics.RESIZES.labels(job.kind.kind, reason).inc()
+            _event(obj, reason, f"{message}; deleted {deleted} pod(s)", warning=reason == "ScaledIn")
+            return new
     reporters = _reporters(job, spec, pods, name)
     progress, series = _live_progress(job, spec, reporters)
     if progress:

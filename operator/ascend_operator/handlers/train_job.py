@@ -4,7 +4,7 @@ from ascend_engine.telemetry import METRIC_NAMES
 from ..api.group import TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec, TrainProgress
 from ..render import train_job as render
-from . import host_network
+from . import elastic
 from .lifecycle import JobKind, register
 
 register(JobKind(
@@ -16,7 +16,8 @@ register(JobKind(
     spec.trainer.metricsPort if spec.trainer else None,
     progress_fields={field: field for field in METRIC_NAMES.values()},
     result_field="progress",
-    prepare=host_network.prepare,
+    prepare=elastic.prepare,
+    resize=elastic.resize,
     progress_columns=TrainProgress.with_columns,
     reporting_pods=lambda spec: [0, spec.nnodes - 1] if spec.trainer else [0],
 ))
