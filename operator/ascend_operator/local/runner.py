@@ -122,12 +122,16 @@ class PodRunner:
         its pod leaves the API (force-deleted, or garbage-collected with the node) or the node is stopped or
         added again (a reboot).
         """
+        def freeze() -> None:
+            for running in list(self._containers.values()):
+                if running.process is not None and running.process.poll() is None:
+                    _signal_group(running.process, signal.SIGSTOP)
+
+        freeze()  # at once: the kubelet's threads may take seconds to notice the stop on a busy machine
         self._stop.set()
         for thread in self._threads:
             thread.join(30)
-        for running in self._containers.values():
-            if running.process is not None and running.process.poll() is None:
-                _signal_group(running.process, signal.SIGSTOP)
+        freeze()  # and whatever they started meanwhile
         self._frozen = {r.uid: r for r in self._containers.values() if r.process and r.process.poll() is None}
         self._containers.clear()
         self._reaped.clear()
