@@ -174,10 +174,12 @@ class Kube:
                 return items
 
     @uses("", "pods", "delete")
-    def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete this very pod (the uid guards against deleting a newer pod of the same name). False: it was
-        already gone (404) or is a newer pod of that name (409)."""
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> bool:
+        """Delete this very pod (the uid guards against deleting a newer pod of the same name), with the pod's own
+        grace period or ``grace_seconds``. False: it was already gone (404) or is a newer pod of that name (409)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         try:
             _retrying(lambda: self._json("DELETE", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", body),
                       retry_conflict=False)
@@ -203,6 +205,19 @@ class Kube:
         return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
                                                                         _PLURALS[kind]))["items"]
 
+    @uses("", "pods", "patch")
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> bool:
+        """Merge ``annotations`` into the pod's (asking its running containers for something through a
+        downwardAPI file, as stall detection asks for stacks). False: the pod is gone."""
+        patch = {"metadata": {"annotations": annotations}}
+        try:
+            _retrying(lambda: self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
+            return True
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+
     @uses_on_kinds("", "patch")
     def patch_custom(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of one of our objects (the spec: suspending a job queued in Kueue)."""
@@ -225,13 +240,15 @@ class Kube:
             API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status}))
 
     @uses("", "events", "create")
-    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """A core/v1 Event on one of our objects (``kubectl describe`` shows it); losing one is not fatal."""
+    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False,
+                   name: str | None = None) -> None:
+        """A core/v1 Event on one of our objects (``kubectl describe`` shows it); losing one is not fatal. A
+        ``name`` of its own posts it once: the same name again is refused (409) and dropped."""
         meta = obj["metadata"]
         at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            "metadata": {"name": name or f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta["uid"]},
             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
@@ -239,6 +256,6 @@ class Kube:
             "source": {"component": "ascend-train-operator"}, "reportingComponent": "ascend-train-operator",
         }
         try:
-            _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body))
+            _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body), retry_conflict=False)
         except ApiException:
             pass  # counted in ascend_operator_api_errors; the status carries the same message

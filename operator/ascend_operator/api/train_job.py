@@ -13,7 +13,7 @@ from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConf
 from .devices import DeviceSettings, HcclSettings
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, PodSettings
-from .run_policy import RunPolicy
+from .run_policy import TrainRunPolicy
 from .trainer import TrainerCommand
 
 WORLD_SIZE_RULE = {
@@ -117,7 +117,7 @@ class AscendTrainJobSpec(PodSettings):
     coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and labels the pods."""
     volcanoQueue: str | None = None
     """Volcano queue of the PodGroup (gangScheduling volcano)."""
-    runPolicy: RunPolicy = RunPolicy()
+    runPolicy: TrainRunPolicy = TrainRunPolicy()
     """Restarts, deadline, clean-up, TTL and suspension."""
     datasetPrepRef: str | None = None
     """Name of a DatasetPrep in the same namespace: the job stays Pending until it has succeeded, then trains
@@ -226,6 +226,8 @@ class TrainProgress(KubeModel):
     """Estimated seconds to finish."""
     lastCheckpointIteration: int | None = None
     """Iteration of the newest saved checkpoint."""
+    savingCheckpoint: bool | None = None
+    """Rank 0 is writing a checkpoint (stall detection then allows runPolicy.stallDetection.checkpointSeconds)."""
     rewardsChosen: float | None = None
     """dpo / simpo / orm: mean reward of the chosen replies."""
     rewardsRejected: float | None = None

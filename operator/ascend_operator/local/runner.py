@@ -27,7 +27,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .node_events import SCHEDULER, PodEvents
-from .pod_environment import IpAllocator, PodSetupError, container_launch, termination_message_file
+from .pod_environment import (IpAllocator, PodSetupError, container_launch, refresh_downward_api,
+                              termination_message_file)
 from .pod_network import POD_IP_ENV, bind_shim, claim_network
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,7 @@ class PodRunner:
             return
         code = running.process.poll()
         if code is None:
+            refresh_downward_api(pod, self._pod_dir(pod))  # a kubelet's pod sync: annotations changed since start
             return
         self._exited(pod, running, code)
 

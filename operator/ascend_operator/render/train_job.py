@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+from ascend_engine.stacks import ANNOTATIONS_FILE_ENV
+
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
@@ -13,6 +15,8 @@ from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, containe
                      metrics_port_env, pod_spec)
 
 KIND = TRAIN_JOB.kind
+PODINFO_VOLUME = "ascend-podinfo"
+PODINFO_MOUNT = "/etc/ascend-podinfo"
 
 
 def master_addr(name: str, namespace: str) -> str:
@@ -142,7 +146,12 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     main = container(spec, command(spec, index), env, limits)
     if spec.trainer and spec.trainer.workingDir:
         main["workingDir"] = spec.trainer.workingDir
+    if not spec.trainer:
+        with_annotations_file(main)
     body = pod_spec(spec, name, main)
+    if not spec.trainer:
+        body["volumes"].append({"name": PODINFO_VOLUME, "downwardAPI": {"items": [
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}})
     body.update({"hostname": f"{name}-{index}", "subdomain": name})
     if spec.hostNetwork:
         body.update({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})
@@ -154,6 +163,13 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     }
     gang.mark_pod(out, name, spec)
     return out
+
+
+def with_annotations_file(main: dict[str, Any]) -> None:
+    """The pod's annotations as a file the engine watches (kubelet-refreshed downwardAPI volume): how the
+    operator asks every rank for its stacks when the job stalls, without pods/exec (ascend_engine.stacks)."""
+    main["volumeMounts"].append({"name": PODINFO_VOLUME, "mountPath": PODINFO_MOUNT, "readOnly": True})
+    main["env"].append({"name": ANNOTATIONS_FILE_ENV, "value": f"{PODINFO_MOUNT}/annotations"})
 
 
 def objects(name: str, namespace: str, spec: AscendTrainJobSpec) -> list[dict[str, Any]]:
