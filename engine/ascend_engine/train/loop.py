@@ -187,7 +187,7 @@ class Trainer:
 
     def _saving(self, saving: bool) -> None:
         if self.metrics:
-            self.metrics.set(savingCheckpoint=int(saving))
+            self.metrics.set(savingCheckpoint=saving)  # a bool: the final report carries it into status.progress
 
     def finish_save(self, wait: bool = True) -> None:
         """Collective: promote the checkpoint in flight, if any; without ``wait`` only once every rank's files
