@@ -24,7 +24,7 @@ from ascend_operator.local.cluster import LocalCluster
 pytestmark = pytest.mark.e2e
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
-STALL_TIMEOUT_S = 10  # runPolicy.stallDetection.minSeconds below: steps here take well under a second
+STALL_TIMEOUT_S = 10  # runPolicy.stallDetection.timeoutSeconds (fixed: the derived one follows the machine's load)
 
 
 def _operator_metrics_port(cluster: LocalCluster) -> int:
@@ -63,13 +63,14 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     job["metadata"]["name"] = "resume"
     train = job["spec"]["train"]
     train["training"]["trainIters"] = 150
-    train["checkpoint"].update(save="/workspace/checkpoints/resume", saveInterval=10)
+    train["checkpoint"].update(save="/workspace/checkpoints/resume", saveInterval=5)
     train["observability"]["logInterval"] = 10
     job["spec"]["runPolicy"] = {"backoffLimit": 1, "stallDetection": {
-        "minSeconds": STALL_TIMEOUT_S, "checkpointSeconds": STALL_TIMEOUT_S, "startupSeconds": 300,
+        "timeoutSeconds": STALL_TIMEOUT_S, "checkpointSeconds": STALL_TIMEOUT_S, "startupSeconds": 300,
         "stackDumpSeconds": 4}}
     phases: list[str] = []
     restarting: list[dict] = []
+    iterations: set[int] = set()
     with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
         resources = cluster.client()
         atj = resources.resolve("atj")
@@ -77,6 +78,8 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
 
         def status():
             s = resources.get(atj, "resume", "default").get("status") or {}
+            iterations.add((s.get("progress") or {}).get("iteration"))
+            iterations.discard(None)
             if s.get("phase") and (not phases or phases[-1] != s["phase"]):
                 phases.append(s["phase"])
                 if s["phase"] == "Restarting":  # the condition's reason while restarting (success rewrites it)
@@ -90,8 +93,10 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
                 time.sleep(0.3)
             return s
 
-        wait("no checkpoint at 20 yet", lambda s: (s.get("progress") or {}).get("lastCheckpointIteration", 0) >= 20,
-             300)
+        # Two checkpoints, the newest to damage and one to fall back to, early, so the run is far from its end; and
+        # two iterations seen, so the operator is past its start-up floor (it counts advances it saw).
+        wait("no checkpoint at 10 yet", lambda s: (s.get("progress") or {}).get("lastCheckpointIteration", 0) >= 10
+             and len(iterations) >= 2, 300)
         os.kill(_worker_pid(cluster, "default", "resume-1"), signal.SIGSTOP)  # rank 1 freezes
         frozen_at = time.monotonic()
         stalled = wait("not declared Stalled", lambda s: any(c["type"] == "Stalled" and c["status"] == "True"
@@ -114,11 +119,13 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     assert "Restarting" in phases and phases.index("Restarting") < len(phases) - 1, phases
     assert phases[-2:] == ["Running", "Succeeded"], phases
     assert final["progress"]["iteration"] == 150
-    # Never before the timeout; after it, within the operator's 2 s reading interval and its reconcile (generous
-    # for a loaded machine, and still far below the default floors of minutes).
-    assert STALL_TIMEOUT_S <= seconds_to_stalled <= STALL_TIMEOUT_S + 30, seconds_to_stalled
+    # Never before the timeout (counted from the last advance the operator saw, which may precede the freeze);
+    # after the freeze within the timeout, the operator's 2 s reading interval and its reconcile (generous for a
+    # loaded machine, and still far below the default floors of minutes).
     message = next(c for c in stalled["conditions"] if c["type"] == "Stalled")["message"]
-    assert "no progress for" in message and "Python stacks" in message, message
+    waited = int(re.search(r"no progress for (\d+)s \(timeout (\d+)s, stallDetection.timeoutSeconds\)", message)[1])
+    assert waited >= STALL_TIMEOUT_S and "Python stacks" in message, message
+    assert seconds_to_stalled <= STALL_TIMEOUT_S + 30, seconds_to_stalled
     assert len(restarting) == 1 and restarting[0]["reason"] == "Stalled", restarting
     assert restarting[0]["message"].startswith("gang restart 1/1: stalled: iteration "), restarting
     assert next(c for c in final["conditions"] if c["type"] == "Stalled")["status"] == "False"
@@ -127,7 +134,7 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     dump = log[log.index("stack dump requested"):]
     assert "most recent call first" in dump and 'File "' in dump, dump[:3000]
     loaded = [int(m.group(1)) for m in re.finditer(r"^loaded checkpoint \S+ at iteration (\d+)$", log, re.M)]
-    assert len(loaded) == 1 and 10 <= loaded[0] < newest, log[-3000:]
+    assert len(loaded) == 1 and 5 <= loaded[0] < newest, log[-3000:]
     assert "WARNING checkpoint" in log and f"iteration {newest} is damaged" in log
     assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob",reason="Stalled"} 1.0' in served
     assert 'ascend_operator_stalls_total{kind="AscendTrainJob"} 1.0' in served
