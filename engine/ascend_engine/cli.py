@@ -40,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     from .config.loader import ConfigError
-    from .stacks import install_stack_dump
+    from .stacks import install_stack_dump, watch_dump_requests
     from .telemetry import report_failure, serve_metrics_from_env
 
     install_stack_dump()  # SIGUSR1: all threads' stacks to stderr, for diagnosing a hang
+    watch_dump_requests()  # the same when the operator annotates the pod (stall detection)
     serve_metrics_from_env()  # one-pod jobs: the operator reads progress from here
 
     try:

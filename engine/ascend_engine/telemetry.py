@@ -31,6 +31,7 @@ METRIC_NAMES = {
     "ascend_train_mfu": "mfu",
     "ascend_progress_eta_seconds": "etaSeconds",
     "ascend_checkpoint_last_iteration": "lastCheckpointIteration",
+    "ascend_checkpoint_saving": "savingCheckpoint",
     "ascend_train_rewards_chosen": "rewardsChosen",
     "ascend_train_rewards_rejected": "rewardsRejected",
     "ascend_train_reward_margin": "rewardMargin",
@@ -70,6 +71,7 @@ def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
 
 
 SERIES_PATH = "/series"
+EVENTS_PATH = "/events"
 # At exit, how long rank 0 waits for its reader (the operator) to fetch the points it has not fetched yet.
 SERIES_FLUSH_SECONDS = float(os.environ.get("ASCEND_SERIES_FLUSH_SECONDS", "12"))
 
@@ -101,9 +103,11 @@ class Metrics:
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ, start_response):
-            if environ.get("PATH_INFO") != SERIES_PATH:
+            path = environ.get("PATH_INFO")
+            if path not in (SERIES_PATH, EVENTS_PATH):
                 return metrics_app(environ, start_response)
-            body = json.dumps(self._fetch_series(), separators=(",", ":")).encode()
+            served = self._fetch_series() if path == SERIES_PATH else recent_events()
+            body = json.dumps(served, separators=(",", ":")).encode()
             start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [body]
 
@@ -262,14 +266,34 @@ def fail(command: str, message: str, reason: str, exit_code: int = 2) -> int:
     return exit_code
 
 
-# A line in a pod's log that the operator can turn into a Kubernetes event on the job (engine -> operator, like
-# the metric names above): the prefix, then one JSON object with "type" (Normal / Warning), "reason", "message".
+# A notice for the job's Kubernetes events (engine -> operator, like the metric names above): a line in the
+# process's log (the prefix, then one JSON object with "type" (Normal / Warning), "reason", "message") and, on the
+# rank that serves metrics, an entry of ``/events``, which the operator reads and posts once per "id" (it cannot
+# read pods' logs cheaply on a real cluster).
 EVENT_PREFIX = "ascend-event: "
+MAX_EVENTS = 64  # the newest ones kept for /events; the operator reads them every few seconds
+_EVENTS: list[dict[str, Any]] = []
+_EVENTS_LOCK = threading.Lock()
+# Ids are unique across processes (a restarted pod numbers its events from 1 again): this process's tag, then a count.
+_PROCESS_TAG = os.urandom(4).hex()
 
 
 def emit_event(event_type: str, reason: str, message: str) -> None:
-    print(EVENT_PREFIX + json.dumps({"type": event_type, "reason": reason, "message": message[-1000:]}),
-          file=sys.stderr, flush=True)
+    """Recorded before the metrics endpoint exists too (a checkpoint fallback happens while loading, before it
+    serves): ``/events`` lists every event this process kept."""
+    event = {"type": event_type, "reason": reason, "message": message[-1000:]}
+    with _EVENTS_LOCK:
+        seq = (_EVENTS[-1]["seq"] + 1) if _EVENTS else 1
+        _EVENTS.append({**event, "seq": seq, "id": f"{_PROCESS_TAG}-{seq}",
+                        "time": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        del _EVENTS[:-MAX_EVENTS]
+    print(EVENT_PREFIX + json.dumps(event), file=sys.stderr, flush=True)
+
+
+def recent_events() -> list[dict[str, Any]]:
+    """The newest events of this process, oldest first (``/events``)."""
+    with _EVENTS_LOCK:
+        return list(_EVENTS)
 
 
 def format_seconds(seconds: float) -> str:

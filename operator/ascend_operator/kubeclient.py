@@ -187,9 +187,9 @@ class Kube:
 
     @uses("", "pods", "delete")
     def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> bool:
-        """Delete this very pod (the uid guards against deleting a newer pod of the same name). False: it was
-        already gone (404) or is a newer pod of that name (409). ``grace_seconds=0``: force, without waiting for
-        a kubelet to confirm (for a pod whose node is gone)."""
+        """Delete this very pod (the uid guards against deleting a newer pod of the same name), with the pod's own
+        grace period or ``grace_seconds``. False: it was already gone (404) or is a newer pod of that name (409).
+        ``grace_seconds=0``: force, without waiting for a kubelet to confirm (for a pod whose node is gone)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
@@ -217,6 +217,19 @@ class Kube:
         """All objects of one of our kinds in every namespace."""
         return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
                                                                         _PLURALS[kind]))["items"]
+
+    @uses("", "pods", "patch")
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> bool:
+        """Merge ``annotations`` into the pod's (asking its running containers for something through a
+        downwardAPI file, as stall detection asks for stacks). False: the pod is gone."""
+        patch = {"metadata": {"annotations": annotations}}
+        try:
+            _retrying(lambda: self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
+            return True
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
 
     @uses_on_kinds("", "patch")
     def patch_custom(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -256,15 +269,17 @@ class Kube:
 
     @uses("", "events", "create")
     @uses("", "events", "patch")
-    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False,
+                   name: str | None = None) -> None:
         """A core/v1 Event on one of our objects (``kubectl describe`` shows it); a repeat bumps the first one's
-        count (``event_correlator``); losing one is not fatal."""
+        count (``event_correlator``); losing one is not fatal. A ``name`` of its own posts it once: the same name
+        again is refused (409) and dropped."""
         meta = obj["metadata"]
         at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
             # client-go's naming: <object>.<UnixNano in hex>, so a listing in key order is in time order
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+            "metadata": {"name": name or f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta["uid"]},
             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
@@ -272,6 +287,9 @@ class Kube:
             "source": {"component": "ascend-train-operator"}, "reportingComponent": "ascend-train-operator",
         }
         try:
-            self._events.record(body)
+            if name:  # once only: no correlation, a second post is refused by the server
+                _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body), retry_conflict=False)
+            else:
+                self._events.record(body)
         except ApiException:
             pass  # counted in ascend_operator_api_errors; the status carries the same message

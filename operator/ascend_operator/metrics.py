@@ -1,4 +1,5 @@
-"""The operator's own Prometheus metrics: jobs by kind and phase, gang restarts, reconcile latency, API errors.
+"""The operator's own Prometheus metrics: jobs by kind and phase, gang restarts by reason, stalls, reconcile
+latency, API errors.
 
 Served on ``settings.METRICS_PORT`` by ``serve`` (called once at operator start-up).
 """
@@ -13,7 +14,11 @@ REGISTRY = CollectorRegistry()
 
 JOBS = Gauge("ascend_operator_jobs", "Jobs the operator follows, by kind and phase", ["kind", "phase"],
              registry=REGISTRY)
-RESTARTS = Counter("ascend_operator_gang_restarts", "Gang restarts ordered", ["kind"], registry=REGISTRY)
+RESTARTS = Counter("ascend_operator_gang_restarts", "Gang restarts ordered, by the Restarting condition's reason "
+                   "(PodFailed, PodDeleted, PodDisrupted, Preempted, MasterUnreachable, Stalled)", ["kind", "reason"],
+                   registry=REGISTRY)
+STALLS = Counter("ascend_operator_stalls", "Jobs declared Stalled (the iteration stopped advancing)", ["kind"],
+                 registry=REGISTRY)
 RESIZES = Counter("ascend_operator_elastic_resizes", "Elastic jobs restarted at another size, by reason (ScaledIn, "
                   "ScaledOut)", ["kind", "reason"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram("ascend_operator_reconcile_seconds", "Time to reconcile one job", ["kind"],

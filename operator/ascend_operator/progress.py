@@ -7,9 +7,10 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_engine.telemetry import METRIC_NAMES, SERIES_PATH
+from ascend_engine.telemetry import EVENTS_PATH, METRIC_NAMES, SERIES_PATH
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration"}
+_BOOLEAN_FIELDS = {"savingCheckpoint"}
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
 
 
@@ -27,6 +28,19 @@ def scrape_series(base_url: str, timeout: float = 2.0) -> list[dict] | None:
     return points
 
 
+def scrape_events(base_url: str, timeout: float = 2.0) -> list[dict]:
+    """Rank 0's recent notices (``/events``), each with an "id" unique to it; none when it does not answer."""
+    try:
+        with urllib.request.urlopen(base_url + EVENTS_PATH, timeout=timeout) as response:
+            events = json.loads(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    if not isinstance(events, list):
+        return []
+    return [e for e in events if isinstance(e, dict) and isinstance(e.get("id"), str)
+            and isinstance(e.get("reason"), str) and isinstance(e.get("message"), str)]
+
+
 def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
     """Progress fields from a metrics URL, or None when it does not answer (pod starting, or gone)."""
     try:
@@ -39,5 +53,6 @@ def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
         field = METRIC_NAMES.get(family.name)
         if field and family.samples:
             value = family.samples[0].value
-            out[field] = int(value) if field in _INTEGER_FIELDS else float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+            out[field] = (bool(value) if field in _BOOLEAN_FIELDS else int(value) if field in _INTEGER_FIELDS
+                          else float(f"{value:.{SIGNIFICANT_DIGITS}g}"))
     return out

@@ -147,6 +147,14 @@ def _restart_avoiding(status: dict[str, Any], faults: list[tuple[dict[str, Any],
     return _restart({**status, "avoidedNodes": avoided}, reason, message, policy, at, disrupted=True)
 
 
+def restart_stalled(status: dict[str, Any], message: str, policy: RunPolicy, at: str) -> dict[str, Any]:
+    """A gang restart of a Stalled job. It counts against backoffLimit, as Kubeflow counts every failure it
+    restarts: a hang is as often the program's (a deadlock, a collective one rank never reaches) as the
+    hardware's, and a job that hangs at the same step every time must end instead of looping. A stall caused by
+    a lost node or device shows as that fault, which is a disruption and not counted."""
+    return _restart(status, "Stalled", message, policy, at)
+
+
 def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
            at: dt.datetime | None = None) -> dict[str, Any]:
     """The next status for a job whose objects exist and which expects ``expected`` pods.

@@ -1,11 +1,19 @@
-"""A training pod killed mid-run on the local cluster: the job goes Restarting, the whole gang is replaced, the
-restart is counted, and the engine resumes from its own last checkpoint instead of starting over."""
+"""A rank frozen mid-run on the local cluster (SIGSTOP: the process stays, its iteration stops): the operator
+declares the job Stalled within runPolicy.stallDetection's timeout, the live rank's Python stacks reach its pod's
+log and an event, and the whole gang is replaced (a gang restart with reason Stalled, counted); the engine resumes
+from a checkpoint instead of starting over, and since the newest one was truncated meanwhile, from the previous one,
+with a Warning event on the job that `kubectl get events` shows. (A killed pod's gang restart is
+tests/operator/test_operator_lifecycle.py's; it ends in the same create-and-resume path as this one.)"""
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
 import signal
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,17 +24,53 @@ from ascend_operator.local.cluster import LocalCluster
 pytestmark = pytest.mark.e2e
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+STALL_TIMEOUT_S = 10  # runPolicy.stallDetection.timeoutSeconds (fixed: the derived one follows the machine's load)
 
 
-def test_killed_worker_restarts_the_gang_which_resumes_from_checkpoint(tmp_path):
+def _operator_metrics_port(cluster: LocalCluster) -> int:
+    """The port LocalCluster chose for the operator's own metrics (in the operator process's environment)."""
+    environ = Path(f"/proc/{cluster.operator.pid}/environ").read_bytes().split(b"\0")
+    return int(next(v for v in environ if v.startswith(b"ASCEND_OPERATOR_METRICS_PORT=")).split(b"=", 1)[1])
+
+
+def _worker_pid(cluster: LocalCluster, namespace: str, pod: str) -> int:
+    """The training process of a local pod: the engine process its torchrun started (torchrun puts each worker
+    in a session of its own, so it is found by parentage, not by the pod's process group)."""
+    launcher = cluster.runner._containers[(namespace, pod)].process.pid  # noqa: SLF001 - the pod's process
+    parents, commands = {}, {}
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+            commands[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        parents[int(proc.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == launcher:
+                return True
+        return False
+
+    workers = [pid for pid in parents if descends(pid) and "ascend_engine train" in commands.get(pid, "")]
+    assert len(workers) == 1, {pid: commands.get(pid) for pid in parents if descends(pid)}
+    return workers[0]
+
+
+def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoint(tmp_path):
     job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
     job["metadata"]["name"] = "resume"
     train = job["spec"]["train"]
-    train["training"]["trainIters"] = 200
-    train["checkpoint"].update(save="/workspace/checkpoints/resume", saveInterval=10)
+    train["training"]["trainIters"] = 150
+    train["checkpoint"].update(save="/workspace/checkpoints/resume", saveInterval=5)
     train["observability"]["logInterval"] = 10
-    job["spec"]["runPolicy"] = {"backoffLimit": 2}
+    job["spec"]["runPolicy"] = {"backoffLimit": 1, "stallDetection": {
+        "timeoutSeconds": STALL_TIMEOUT_S, "checkpointSeconds": STALL_TIMEOUT_S, "startupSeconds": 300,
+        "stackDumpSeconds": 4}}
     phases: list[str] = []
+    restarting: list[dict] = []
+    iterations: set[int] = set()
     with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
         resources = cluster.client()
         atj = resources.resolve("atj")
@@ -34,36 +78,81 @@ def test_killed_worker_restarts_the_gang_which_resumes_from_checkpoint(tmp_path)
 
         def status():
             s = resources.get(atj, "resume", "default").get("status") or {}
+            iterations.add((s.get("progress") or {}).get("iteration"))
+            iterations.discard(None)
             if s.get("phase") and (not phases or phases[-1] != s["phase"]):
                 phases.append(s["phase"])
+                if s["phase"] == "Restarting":  # the condition's reason while restarting (success rewrites it)
+                    restarting.append(next(c for c in s["conditions"] if c["type"] == "Restarting"))
             return s
 
-        # The kill follows the checkpoint on the claim's directory, not status (scraped every 2 s), so it lands
-        # early in the run however fast the iterations are.
-        latest = cluster.root / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "resume" / \
-            "latest_checkpointed_iteration.txt"
-        deadline = time.monotonic() + 300
-        while not latest.is_file() or int(latest.read_text() or 0) < 20:
-            assert time.monotonic() < deadline, f"no checkpoint at 20 yet: {status()}"
-            time.sleep(0.1)
-        saved_before_kill = int(latest.read_text())
-        cluster.runner.kill("default", "resume-1", signal.SIGKILL)  # exit 137: retryable
+        def wait(what, until, seconds):
+            deadline = time.monotonic() + seconds
+            while not until(s := status()):
+                assert time.monotonic() < deadline, f"{what}: {s}"
+                time.sleep(0.3)
+            return s
 
-        deadline = time.monotonic() + 400
-        while status().get("phase") not in ("Succeeded", "Failed"):
-            assert time.monotonic() < deadline, f"did not finish: {status()}"
-            time.sleep(0.3)
-        final = status()
+        # Two checkpoints, the newest to damage and one to fall back to, early, so the run is far from its end; and
+        # two iterations seen, so the operator is past its start-up floor (it counts advances it saw).
+        wait("no checkpoint at 10 yet", lambda s: (s.get("progress") or {}).get("lastCheckpointIteration", 0) >= 10
+             and len(iterations) >= 2, 300)
+        os.kill(_worker_pid(cluster, "default", "resume-1"), signal.SIGSTOP)  # rank 1 freezes
+        frozen_at = time.monotonic()
+        stalled = wait("not declared Stalled", lambda s: any(c["type"] == "Stalled" and c["status"] == "True"
+                                                             for c in s.get("conditions") or []), 120)
+        seconds_to_stalled = time.monotonic() - frozen_at
+        # Damage the newest checkpoint before the gang restarts (stackDumpSeconds later): cut its first file short.
+        workspace = cluster.root / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "resume"
+        newest = int((workspace / "latest_checkpointed_iteration.txt").read_text())
+        damaged = workspace / f"iter_{newest:07d}" / "mp_rank_00" / "model_optim_rng.pt"
+        os.truncate(damaged, damaged.stat().st_size // 2)
+
+        final = wait("did not finish", lambda s: s.get("phase") in ("Succeeded", "Failed"), 400)
         log = (cluster.root / "pods" / "default" / "resume-0" / "container.log").read_text()
+        served = urllib.request.urlopen(f"http://127.0.0.1:{_operator_metrics_port(cluster)}/metrics",
+                                        timeout=5).read().decode()
+        events = _kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=resume")
         resources.close()
     assert final["phase"] == "Succeeded", final
     assert final["restarts"] == 1
     assert "Restarting" in phases and phases.index("Restarting") < len(phases) - 1, phases
     assert phases[-2:] == ["Running", "Succeeded"], phases
-    # Rank 0's log (the same pod name across the gang restart) shows the second run loading a checkpoint at or
-    # after the one saved before the kill, and training on to the end from there.
-    loaded = [line for line in log.splitlines() if line.startswith("loaded checkpoint")]
-    assert len(loaded) == 1, log[-2000:]
-    resumed_at = int(re.fullmatch(r"loaded checkpoint \S+ at iteration (\d+)", loaded[0]).group(1))
-    assert resumed_at >= saved_before_kill > 0
-    assert final["progress"]["iteration"] == final["progress"]["lastCheckpointIteration"] == 200
+    assert final["progress"]["iteration"] == 150
+    # Never before the timeout (counted from the last advance the operator saw, which may precede the freeze);
+    # after the freeze within the timeout, the operator's 2 s reading interval and its reconcile (generous for a
+    # loaded machine, and still far below the default floors of minutes).
+    message = next(c for c in stalled["conditions"] if c["type"] == "Stalled")["message"]
+    waited = int(re.search(r"no progress for (\d+)s \(timeout (\d+)s, stallDetection.timeoutSeconds\)", message)[1])
+    assert waited >= STALL_TIMEOUT_S and "Python stacks" in message, message
+    assert seconds_to_stalled <= STALL_TIMEOUT_S + 30, seconds_to_stalled
+    assert len(restarting) == 1 and restarting[0]["reason"] == "Stalled", restarting
+    assert restarting[0]["message"].startswith("gang restart 1/1: stalled: iteration "), restarting
+    assert next(c for c in final["conditions"] if c["type"] == "Stalled")["status"] == "False"
+    # Rank 0's log (the same pod name across the restart): its stacks (faulthandler's dump of every thread) while
+    # it waited for the frozen rank, then the second run loading the newest checkpoint that verifies.
+    dump = log[log.index("stack dump requested"):]
+    assert "most recent call first" in dump and 'File "' in dump, dump[:3000]
+    loaded = [int(m.group(1)) for m in re.finditer(r"^loaded checkpoint \S+ at iteration (\d+)$", log, re.M)]
+    assert len(loaded) == 1 and 5 <= loaded[0] < newest, log[-3000:]
+    assert "WARNING checkpoint" in log and f"iteration {newest} is damaged" in log
+    assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob",reason="Stalled"} 1.0' in served
+    assert 'ascend_operator_stalls_total{kind="AscendTrainJob"} 1.0' in served
+    # kubectl get events: the stall, rank 0's stacks, and the engine's checkpoint fallback, each once.
+    rows = [line.split(None, 4) for line in events.splitlines()[1:]]
+    reasons = [row[2] for row in rows]
+    assert reasons.count("Stalled") == 1 and reasons.count("StackDump") == 1, events
+    fallback = [row for row in rows if row[2] == "CheckpointFallback"]
+    assert len(fallback) == 1 and fallback[0][1] == "Warning", events
+    assert f"iteration {newest} is damaged" in fallback[0][4] and f"resuming from iteration {loaded[0]}" in \
+        fallback[0][4], events
+
+
+def _kubectl(cluster: LocalCluster, *args: str) -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (`make tools` installs it)")
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+    out = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

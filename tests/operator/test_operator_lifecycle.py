@@ -64,7 +64,7 @@ def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api
     assert any(reason == "GangRestart" for reason, _ in events_of(api_client, "rt"))
     import urllib.request
     served = urllib.request.urlopen(operator.metrics_url, timeout=5).read().decode()
-    assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob"} 1.0' in served
+    assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob",reason="PodFailed"} 1.0' in served
     assert 'ascend_operator_jobs{kind="AscendTrainJob",phase="Running"} 1.0' in served
     assert "ascend_operator_reconcile_seconds_count" in served
     # A deleted pod is not silently recreated: the policy restarts the gang (restart 2 of 2) ...

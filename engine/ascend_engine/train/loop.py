@@ -173,13 +173,21 @@ class Trainer:
         ``finish_save`` has run; one save is in flight at a time."""
         from ..checkpoint.training import save_training_checkpoint
 
-        self.finish_save()
-        background = self.cfg.checkpoint.asyncSave and not blocking
-        self.pending_save = save_training_checkpoint(self, background=background)
-        path = self.pending_save.final
-        if not background:
+        self._saving(True)  # the operator's stall detection allows a save more time than a step
+        try:
             self.finish_save()
+            background = self.cfg.checkpoint.asyncSave and not blocking
+            self.pending_save = save_training_checkpoint(self, background=background)
+            path = self.pending_save.final
+            if not background:
+                self.finish_save()
+        finally:
+            self._saving(False)
         return str(path)
+
+    def _saving(self, saving: bool) -> None:
+        if self.metrics:
+            self.metrics.set(savingCheckpoint=saving)  # a bool: the final report carries it into status.progress
 
     def finish_save(self, wait: bool = True) -> None:
         """Collective: promote the checkpoint in flight, if any; without ``wait`` only once every rank's files

@@ -18,6 +18,30 @@ def parse_time(text: str) -> dt.datetime:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
 
 
+class StallDetection(KubeModel):
+    """When a running job whose iteration stops advancing is declared Stalled: every rank's stacks go to its pod's
+    log, then the gang restarts from the last checkpoint (counted against backoffLimit). The iteration is rank
+    0's, read every few seconds; the timeout is the larger of minSeconds and stepTimeFactor x the median time
+    between advances, or a floor of its own while starting or saving."""
+
+    enabled: bool = True
+    """Watch for stalls (engine jobs only: a trainer's own command has no stall floor the operator knows)."""
+    timeoutSeconds: Annotated[int | None, Field(ge=1)] = None
+    """A fixed timeout for the iteration to advance, instead of the one derived from the step time."""
+    stepTimeFactor: Annotated[float, Field(ge=1, le=1000)] = 10.0
+    """The derived timeout in median times between advances of the iteration."""
+    minSeconds: Annotated[int, Field(ge=1)] = 300
+    """The derived timeout is never shorter (garbage collection, a slow validation, a shared filesystem)."""
+    startupSeconds: Annotated[int, Field(ge=1)] = 1800
+    """From all pods running to the first advance: rendezvous, model build, checkpoint load and the first step
+    (graph compilation on NPUs). A rendezvous that never completes is a stall after this long."""
+    checkpointSeconds: Annotated[int, Field(ge=1)] = 1800
+    """While rank 0 reports a checkpoint save in progress (status.progress.savingCheckpoint)."""
+    stackDumpSeconds: Annotated[int, Field(ge=0, le=3600)] = 90
+    """From asking every rank for its stacks to the restart: the kubelet shows a pod's new annotation to the
+    container within about a minute (its sync period)."""
+
+
 class RunPolicy(KubeModel):
     """Restarts, deadlines, clean-up and suspension (the training operator's RunPolicy, plus exit-code rules)."""
 
@@ -62,3 +86,10 @@ class RunPolicy(KubeModel):
         if self.cleanPodPolicy == "Running":
             return [p for p in pods if (p.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")]
         return []
+
+
+class TrainRunPolicy(RunPolicy):
+    """An AscendTrainJob's run policy: the common one plus hang detection."""
+
+    stallDetection: StallDetection = StallDetection()
+    """Hang detection: a job whose iteration stops advancing is restarted (reason Stalled)."""

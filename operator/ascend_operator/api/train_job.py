@@ -14,7 +14,7 @@ from .devices import DeviceSettings, HcclSettings
 from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
-from .run_policy import RunPolicy
+from .run_policy import TrainRunPolicy
 from .trainer import TrainerCommand
 
 WORLD_SIZE_RULE = {
@@ -118,7 +118,7 @@ class AscendTrainJobSpec(PodSettings):
     coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and labels the pods."""
     volcanoQueue: ObjectName | None = None
     """Volcano queue of the PodGroup (gangScheduling volcano)."""
-    runPolicy: RunPolicy = RunPolicy()
+    runPolicy: TrainRunPolicy = TrainRunPolicy()
     """Restarts, deadline, clean-up, TTL and suspension."""
     elastic: ElasticPolicy | None = None
     """Elastic data parallelism: when pods cannot be scheduled after a fault, continue from the last checkpoint on
@@ -261,6 +261,8 @@ class TrainProgress(KubeModel):
     """Estimated seconds to finish."""
     lastCheckpointIteration: int | None = None
     """Iteration of the newest saved checkpoint."""
+    savingCheckpoint: bool | None = None
+    """Rank 0 is writing a checkpoint (stall detection then allows runPolicy.stallDetection.checkpointSeconds)."""
     rewardsChosen: float | None = None
     """dpo / simpo / orm: mean reward of the chosen replies."""
     rewardsRejected: float | None = None

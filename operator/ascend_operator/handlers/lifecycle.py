@@ -30,16 +30,16 @@ from pydantic import BaseModel, ValidationError
 
 from .. import fan_out, history, infra_fault, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
-from ..api.run_policy import RunPolicy
+from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods
 from ..kubeclient import STOPPING, ShuttingDown
 from ..pod_cache import JobKey, PodCache
 from ..pod_informer import PodInformer
-from ..progress import scrape, scrape_series
+from ..progress import scrape, scrape_events, scrape_series
 from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
 from ..status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
 from ..workqueue import WorkQueue, Workers
-from . import create_errors, kueue
+from . import create_errors, engine_events, kueue, stalls
 from .common import kube, parse_spec
 from .dependencies import DependencyError, readiness, refs, resolve
 
@@ -69,6 +69,8 @@ class JobKind:
     # size (reason ScaledIn / ScaledOut), (status, "", "") for a status-only change, or None: elastic jobs.
     resize: Callable[[dict[str, Any], Any, dict[str, Any], JobPods], tuple[dict[str, Any], str, str] | None] = \
         lambda obj, spec, status, pods: None
+    # The spec's hang detection, or None where the kind has none (runPolicy.stallDetection, engine jobs only).
+    stall_detection: Callable[[Any], StallDetection | None] = lambda spec: None
 
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -93,12 +95,13 @@ def _pods(job: JobKind, namespace: str, name: str) -> JobPods:
 
 
 def _live_progress(job: JobKind, spec: Any,
-                   reporters: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list | None]:
-    """The reporting pods' figures for status.progress (later pods win), and the series of logged points for the
-    history (from the first pod that serves one: rank 0 of an engine job)."""
+                   reporters: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list | None, list[dict]]:
+    """The reporting pods' figures for status.progress (later pods win), the series of logged points for the
+    history (from the first pod that serves one: rank 0 of an engine job), and that pod's recent events."""
     port = job.metrics_port(spec)
     progress: dict[str, Any] = {}
     series = None
+    events: list[dict] = []
     for pod in reporters:
         ip = pod.get("status", {}).get("podIP")
         if not port or not ip or pod["status"].get("phase") != "Running":
@@ -107,30 +110,33 @@ def _live_progress(job: JobKind, spec: Any,
         if not figures:
             continue
         progress.update({job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields})
-        series = series or scrape_series(f"http://{ip}:{port}")
-    return ({**progress, "lastUpdateTime": now()}, series) if progress else (None, None)
+        if series is None:
+            series = scrape_series(f"http://{ip}:{port}")
+            events = scrape_events(f"http://{ip}:{port}")
+    return ({**progress, "lastUpdateTime": now()}, series, events) if progress else (None, None, events)
 
 
-def _policy(obj: dict[str, Any]) -> RunPolicy:
+def _policy(job: JobKind, obj: dict[str, Any]) -> RunPolicy:
     """The run policy even of a spec that failed validation elsewhere (TTL still applies to it)."""
+    model = job.spec_model.model_fields["runPolicy"].annotation
     try:
-        return RunPolicy.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
+        return model.model_validate((obj.get("spec") or {}).get("runPolicy") or {})
     except ValidationError:
-        return RunPolicy()
+        return model()
 
 
 def _event(obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
     kube().post_event(obj, reason, message, warning)
 
 
-def _delete_pods(key: JobKey, pods: list[dict[str, Any]]) -> int:
+def _delete_pods(key: JobKey, pods: list[dict[str, Any]], grace_seconds: int | None = None) -> int:
     """Delete the live ones among ``pods``, a few at a time (``fan_out``); the cache counts them as terminating."""
     doomed = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     at = now()
 
     def delete(p: dict[str, Any]) -> None:
         name, uid = p["metadata"]["name"], p["metadata"]["uid"]
-        if kube().delete_pod(key[1], name, uid):
+        if kube().delete_pod(key[1], name, uid, grace_seconds):
             PODS.deleting(key, name, uid, at)
         else:
             PODS.gone(key, name, uid)
@@ -248,7 +254,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     previous = obj.get("status") or {}
     at = now()
     if previous.get("phase") in TERMINAL:
-        policy = _policy(obj)
+        policy = _policy(job, obj)
         if policy.ttl_expired(previous.get("completionTime"), dt.datetime.now(dt.timezone.utc)):
             _event(obj, "Deleted", f"runPolicy.ttlSecondsAfterFinished ({policy.ttlSecondsAfterFinished}s) "
                                    "passed: deleting the job and what it created")
@@ -320,11 +326,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         pods = _pods(job, namespace, name)
     new = derive(pods, job.replicas(spec), status, policy)
     if new.get("restarts", 0) > status.get("restarts", 0):
-        deleted = _delete_pods(key, pods.live())
-        metrics.RESTARTS.labels(job.kind.kind).inc()
         _announce_avoided(obj, status, new)
-        _event(obj, "GangRestart", f"{condition(new, 'Restarting')['message']}; deleted {deleted} pod(s)", True)
-        return new
+        return _gang_restart(job, obj, key, pods, new)
     if (change := job.resize(obj, desired, new, pods)) is not None:
         new, reason, message = change
         if reason:  # a gang restart at the new size: the pods are created again once these are gone
@@ -333,11 +336,15 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             _event(obj, reason, f"{message}; deleted {deleted} pod(s)", warning=reason == "ScaledIn")
             return new
     reporters = _reporters(job, spec, pods, name)
-    progress, series = _live_progress(job, spec, reporters)
+    progress, series, events = _live_progress(job, spec, reporters)
+    engine_events.post_new(key, obj, events)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
         if series:
             history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
+    new = stalls.check(key, obj, job.stall_detection(spec), policy, pods, new, progress, at)
+    if new.get("restarts", 0) > status.get("restarts", 0):
+        return _gang_restart(job, obj, key, pods, new, stalls.STALLED_GRACE_SECONDS)
     if new["phase"] == "Succeeded":
         result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":
@@ -356,6 +363,16 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     return new
 
 
+def _gang_restart(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, new: dict[str, Any],
+                  grace_seconds: int | None = None) -> dict[str, Any]:
+    """Delete every pod of the gang (``_follow`` creates them again once gone), counted by reason."""
+    restarting = condition(new, "Restarting")
+    deleted = _delete_pods(key, pods.live(), grace_seconds)
+    metrics.RESTARTS.labels(job.kind.kind, restarting["reason"]).inc()
+    _event(obj, "GangRestart", f"{restarting['message']}; deleted {deleted} pod(s)", True)
+    return new
+
+
 def reconcile(job: JobKind, namespace: str, name: str) -> None:
     """Bring one job a step closer to what its spec and its pods say; serialized per job."""
     if STOPPING.is_set():  # shutting down: work queued before SIGTERM is dropped, not done against a gone server
@@ -368,6 +385,8 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
     PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
+    stalls.forget((job.kind.kind, namespace, name))
+    engine_events.forget((job.kind.kind, namespace, name))
     metrics.job_phase(job.kind.kind, namespace, name, None)
 
 

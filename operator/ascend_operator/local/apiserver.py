@@ -19,7 +19,6 @@ import datetime
 import json
 import logging
 import random
-import string
 import threading
 import uuid
 from dataclasses import dataclass

@@ -246,10 +246,14 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
             for rel in projected[name]:
                 _confined(pod_dir / "volumes" / name, rel, f'volume "{name}": items path')
             volumes[name] = pod_dir / "volumes" / name
+        elif "downwardAPI" in volume:
+            volumes[name] = pod_dir / "volumes" / name
+            for rel in downward_api_files(pod, volume["downwardAPI"], name):
+                _confined(volumes[name], rel, f'volume "{name}": items path')
         else:
-            # Differs from a kubelet: other volume types (projected, downwardAPI, csi, nfs...) are not emulated.
-            raise PodSetupError(f'volume "{name}": only emptyDir, configMap, secret, persistentVolumeClaim '
-                                "and hostPath are supported by the local runner")
+            # Differs from a kubelet: other volume types (projected, csi, nfs...) are not emulated.
+            raise PodSetupError(f'volume "{name}": only emptyDir, configMap, secret, downwardAPI, '
+                                "persistentVolumeClaim and hostPath are supported by the local runner")
     for path in volumes.values():
         path.mkdir(parents=True, exist_ok=True)
     container = (spec.get("containers") or [{}])[0]
@@ -269,7 +273,49 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
             tmp = target.with_name(f".{target.name}.tmp")
             tmp.write_text(translate_text(translate(content)))
             tmp.replace(target)
+    refresh_downward_api(pod, pod_dir)
     return mounts
+
+
+def _format_map(values: Mapping[str, str]) -> str:
+    """The kubelet's ``fieldpath.FormatMap``: ``key="value"`` lines sorted by key, each value quoted as Go's %q
+    does (a JSON string for printable text), no newline after the last."""
+    return "\n".join(f"{key}={json.dumps(values[key], ensure_ascii=False)}" for key in sorted(values))
+
+
+def downward_api_files(pod: dict[str, Any], source: dict[str, Any], volume: str) -> dict[str, str]:
+    """A downwardAPI volume's files for the pod as it is now (path -> content)."""
+    meta = pod["metadata"]
+    files: dict[str, str] = {}
+    for item in source.get("items") or []:
+        path = (item.get("fieldRef") or {}).get("fieldPath")
+        if path is None:  # resourceFieldRef (limits and requests) is not emulated
+            raise PodSetupError(f'volume "{volume}": items[].resourceFieldRef is not supported by the local runner')
+        if path in ("metadata.labels", "metadata.annotations"):
+            files[item["path"]] = _format_map(meta.get(path.split(".")[1]) or {})
+        elif path in ("metadata.name", "metadata.namespace", "metadata.uid") or _FIELD_LABEL.match(path):
+            files[item["path"]] = _field_ref(pod, path)
+        else:  # the kubelet allows only these in a volume (spec and status fields go to env vars)
+            raise PodSetupError(f'volume "{volume}": fieldRef {path!r} is not supported in a downwardAPI volume')
+    return files
+
+
+def refresh_downward_api(pod: dict[str, Any], pod_dir: Path) -> None:
+    """(Re)write the pod's downwardAPI files where their content changed, each atomically: the kubelet does this
+    on every pod sync, so a running container sees labels and annotations changed after it started. Differs
+    from a kubelet only in timing: the local runner syncs every fraction of a second, a kubelet about once a
+    minute (its syncFrequency plus jitter), so nothing may depend on how soon a change shows."""
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if "downwardAPI" not in volume:
+            continue
+        for rel, content in downward_api_files(pod, volume["downwardAPI"], volume["name"]).items():
+            target = pod_dir / "volumes" / volume["name"] / rel
+            if target.exists() and target.read_text() == content:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(content)
+            tmp.replace(target)
 
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # the Pod API's default terminationMessagePath

@@ -32,7 +32,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from .node_events import PodEvents
-from .pod_environment import ContainerPathView, IpAllocator, PodSetupError, container_launch, termination_message_file
+from .pod_environment import (ContainerPathView, IpAllocator, PodSetupError, container_launch, refresh_downward_api,
+                              termination_message_file)
 from .pod_network import POD_IP_ENV, PodNetwork, bind_shim, claim_network
 
 logger = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ class PodRunner:
             return
         code = running.process.poll()
         if code is None:
+            refresh_downward_api(pod, self._pod_dir(pod))  # a kubelet's pod sync: annotations changed since start
             return
         self._exited(pod, running, code)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ascend_engine.stacks import ANNOTATIONS_FILE_ENV
+
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from . import gang
@@ -11,12 +13,12 @@ from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, containe
                      metrics_port_env, pod_spec)
 
 KIND = TRAIN_JOB.kind
-
+PODINFO_VOLUME = "ascend-podinfo"
+PODINFO_MOUNT = "/etc/ascend-podinfo"
 
 def master_addr(name: str, namespace: str) -> str:
     """Pod 0's stable DNS name behind the headless Service (hostname.subdomain.namespace.svc)."""
     return f"{name}-0.{name}.{namespace}.svc"
-
 
 def service(name: str) -> dict[str, Any]:
     return {
@@ -29,7 +31,6 @@ def service(name: str) -> dict[str, Any]:
             "selector": job_labels(KIND, name),
         },
     }
-
 
 def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
     """The TrainConfig; checkpoint.load defaults to checkpoint.save so that restarted pods resume by themselves.
@@ -45,10 +46,8 @@ def engine_config_map(name: str, spec: AscendTrainJobSpec) -> dict[str, Any]:
         out["data"][EVALUATION_FILE.rsplit("/", 1)[1]] = dump_yaml(evaluation_config(spec))
     return out
 
-
 EVALUATION_FILE = f"{CONFIG_MOUNT}/evaluation.yaml"
 EVALUATION_PORT_OFFSET = 2
-
 
 def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
     """The EvaluateConfig; load and device default to the training's."""
@@ -57,7 +56,6 @@ def evaluation_config(spec: AscendTrainJobSpec) -> dict[str, Any]:
         config.setdefault("load", spec.train.checkpoint.save)
         config.setdefault("device", spec.train.device)
     return config
-
 
 def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, str]:
     """torchrun's contract plus the PET_* twins torchrun reads by itself (as Kubeflow sets them)."""
@@ -82,14 +80,12 @@ def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int
             env["HCCL_SOCKET_IFNAME"] = spec.hccl.socketIfname
     return env
 
-
 LAUNCHER = [
     "python3", "-m", "ascend_engine.launcher",  # torchrun, with a line while it imports torch
     "--nnodes=$(NNODES)", "--nproc-per-node=$(NPROC_PER_NODE)", "--node-rank=$(NODE_RANK)",
     "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
 ]
 TORCHRUN = [*LAUNCHER, "-m", "ascend_engine", "train", "--config", CONFIG_FILE]
-
 
 def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """The user's command; with progress from its log lines it runs under ``ascend-engine watch``, and workers
@@ -103,7 +99,6 @@ def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
         return run
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
             f"--timeout={spec.masterWaitSeconds}", "--", *run]
-
 
 def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
@@ -127,7 +122,6 @@ def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
             f"--timeout={spec.masterWaitSeconds}", "--", *run]
 
-
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:
     labels = job_labels(KIND, name) | {LABEL_REPLICA_INDEX: str(index)}
     if spec.devices.is_ascend() and spec.devices.ringController:
@@ -140,7 +134,12 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     main = container(spec, command(spec, index), env, limits, processes=spec.nprocPerNode)
     if spec.trainer and spec.trainer.workingDir:
         main["workingDir"] = spec.trainer.workingDir
+    if not spec.trainer:
+        with_annotations_file(main)
     body = pod_spec(spec, name, main)
+    if not spec.trainer:
+        body["volumes"].append({"name": PODINFO_VOLUME, "downwardAPI": {"items": [
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}})
     body.update({"hostname": f"{name}-{index}", "subdomain": name})
     if spec.hostNetwork:
         body.update({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})
@@ -153,6 +152,11 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     gang.mark_pod(out, name, spec)
     return out
 
+def with_annotations_file(main: dict[str, Any]) -> None:
+    """The pod's annotations as a file the engine watches (kubelet-refreshed downwardAPI volume): how the
+    operator asks every rank for its stacks when the job stalls, without pods/exec (ascend_engine.stacks)."""
+    main["volumeMounts"].append({"name": PODINFO_VOLUME, "mountPath": PODINFO_MOUNT, "readOnly": True})
+    main["env"].append({"name": ANNOTATIONS_FILE_ENV, "value": f"{PODINFO_MOUNT}/annotations"})
 
 def objects(name: str, namespace: str, spec: AscendTrainJobSpec) -> list[dict[str, Any]]:
     """Everything one job needs, in creation order (the ConfigMap and PodGroup before the pods)."""
