@@ -82,18 +82,20 @@ def strip_padding(ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[
 def pick_tokens(logits: torch.Tensor, sampling: Sampling, uniform: torch.Tensor | None) -> torch.Tensor:
     """[b, V] logits -> [b] tokens: argmax, or a sample from the smallest set reaching probability ``top_p``.
 
-    A sample is the token where the kept probabilities' running sum first passes ``uniform`` [b] (numbers in
-    [0, 1) drawn per row and position before generation starts), so a row's tokens depend on its own
-    distribution and numbers only, not on which rows share its forward or when it reaches a position."""
+    A sample is the token where the kept probabilities' running sum, in vocabulary order, first passes
+    ``uniform`` [b] (numbers in [0, 1) drawn per row and position before generation starts): a row's tokens
+    depend on its own distribution and numbers only, not on which rows share its forward or when it reaches a
+    position, and two nearly equal probabilities that swap places under rounding (another TP layout) do not move
+    the boundaries between tokens."""
     if sampling.top_p is None:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
     keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p  # always keeps the most likely token
-    running = (sorted_probs * keep).cumsum(-1)
+    kept = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+    running = kept.cumsum(-1)
     threshold = uniform.to(running.device).unsqueeze(-1) * running[:, -1:]
-    choice = (running <= threshold).sum(-1, keepdim=True).clamp(max=keep.sum(-1, keepdim=True) - 1)
-    return order.gather(-1, choice).squeeze(-1)
+    return (running <= threshold).sum(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def _last_logits(gpt, ids: torch.Tensor, start: int, context, vocab_size: int) -> torch.Tensor | None:
