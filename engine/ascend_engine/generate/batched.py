@@ -15,7 +15,11 @@ keys and values to the rows that repeat it (GRPO's n samples of a prompt), and a
 (its cache slot is compacted away), while the sampler still draws for every row, so the tokens of the rows that
 go on are those of the full batch.
 
-Sampling draws from one ``torch.Generator`` seeded alike on every rank; the last pipeline stage picks the tokens
+At a single pipeline stage with a KV cache, generation takes the direct path of ``ragged``: the model is called
+without the pipeline schedule, every prompt is encoded at its own length and each row decodes at its own
+position (``RaggedKVCache``); the layered loop below serves pipelines and the uncached reference.
+
+Sampling draws its numbers from one ``torch.Generator`` seeded alike on every rank; the last pipeline stage picks the tokens
 (all its TP ranks hold the same gathered logits, so they pick the same) and broadcasts them to the earlier stages
 of its pipeline group, so data-parallel replicas may generate different prompts.
 """
@@ -24,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 
 @dataclass(frozen=True)
 class Sampling:
@@ -76,16 +79,23 @@ def strip_padding(ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[
     return rows
 
 
-def pick_tokens(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> torch.Tensor:
-    """[b, V] logits -> [b] tokens: argmax, or a sample from the smallest set reaching probability ``top_p``."""
+def pick_tokens(logits: torch.Tensor, sampling: Sampling, uniform: torch.Tensor | None) -> torch.Tensor:
+    """[b, V] logits -> [b] tokens: argmax, or a sample from the smallest set reaching probability ``top_p``.
+
+    A sample is the token where the kept probabilities' running sum, in vocabulary order, first passes
+    ``uniform`` [b] (numbers in [0, 1) drawn per row and position before generation starts): a row's tokens
+    depend on its own distribution and numbers only, not on which rows share its forward or when it reaches a
+    position, and two nearly equal probabilities that swap places under rounding (another TP layout) do not move
+    the boundaries between tokens."""
     if sampling.top_p is None:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
     keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p  # always keeps the most likely token
-    kept = sorted_probs * keep
-    choice = torch.multinomial(kept / kept.sum(-1, keepdim=True), 1, generator=generator)
-    return order.gather(-1, choice).squeeze(-1)
+    kept = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+    running = kept.cumsum(-1)
+    threshold = uniform.to(running.device).unsqueeze(-1) * running[:, -1:]
+    return (running <= threshold).sum(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def _last_logits(gpt, ids: torch.Tensor, start: int, context, vocab_size: int) -> torch.Tensor | None:
@@ -167,6 +177,8 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
     """
     from megatron.core.inference.contexts import StaticInferenceContext
 
+    from .ragged import direct_path_fits, generate_direct
+
     if gpt.training:
         raise ValueError("generate_batch needs the model in eval mode (gpt.eval()): no dropout, and Megatron "
                          "uses the KV cache only outside training")
@@ -184,6 +196,11 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         generator = torch.Generator().manual_seed(0)
     device = next(gpt.parameters()).device
     b, total = len(prompts), min(max(lengths) + max_new_tokens, max_length)
+    uniform = None if sampling.top_p is None else torch.rand(b, total, generator=generator)
+    if use_cache and direct_path_fits(gpt):
+        return generate_direct(gpt, prompts, max_new_tokens=max_new_tokens, eos_id=eos_id, vocab_size=vocab_size,
+                               total=total, sampling=sampling, uniform=uniform, pad_id=pad_id, finished=finished,
+                               device=device)
     tokens = torch.full((b, total), pad_id, dtype=torch.long)
     for i, p in enumerate(prompts):
         tokens[i, :len(p)] = torch.tensor(p)
@@ -212,10 +229,8 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         picked, picked_lp = torch.zeros(b, dtype=torch.long), torch.zeros(b)
         if logits is not None:
             logits = logits.cpu()
-            picked = pick_tokens(logits, sampling, generator)
+            picked = pick_tokens(logits, sampling, None if uniform is None else uniform[:, t])
             picked_lp = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
-        else:
-            pick_tokens(torch.zeros(b, vocab_size), sampling, generator)  # keep the generator in step
         _share_from_last_stage(device, picked, picked_lp)
         in_prompt = t < prompt_len
         generating = ~in_prompt & ~done

@@ -6,7 +6,8 @@ multiplies again; SDPA runs the same arithmetic as one fused (flash, on CPU too)
 of the two that attends a chunk of queries to a longer cached past (sq < sk: the causal triangle aligned to the
 last query), which chunked prefill and a reused prompt prefix need; the local one asserts sq == sk.
 
-Cases SDPA does not express the same way (an explicit attention mask, training-time attention dropout, sliding
+A boolean mask (True: hidden) is taken at inference, where it marks the cache positions a row has not reached
+(``RaggedKVCache``). Cases SDPA does not express the same way (any other mask, training-time attention dropout, sliding
 windows, learnable softmax offsets, query-key layer scaling) fall back to megatron-core's own computation.
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ from megatron.core.transformer.enums import AttnMaskType
 class SdpaDotProductAttention(DotProductAttention):
     def _falls_back(self, attention_mask, attention_bias, packed_seq_params) -> bool:
         cfg = self.config
-        return (attention_mask is not None or attention_bias is not None or packed_seq_params is not None
+        explicit = attention_mask is not None and (self.training or attention_mask.dtype != torch.bool)
+        return (explicit or attention_bias is not None or packed_seq_params is not None
                 or self.softmax_offset is not None or getattr(cfg, "window_size", None) is not None
                 or cfg.apply_query_key_layer_scaling or (self.training and self.attention_dropout.p > 0))
 
@@ -35,7 +37,9 @@ class SdpaDotProductAttention(DotProductAttention):
         sk = key.shape[0]
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [s, b, h, d] -> [b, h, s, d]
         causal, mask = False, None
-        if mask_type == AttnMaskType.causal and sq > 1:
+        if attention_mask is not None:
+            mask = ~attention_mask
+        elif mask_type == AttnMaskType.causal and sq > 1:
             if sq == sk:
                 causal = True
             else:  # queries are the last sq of sk positions

@@ -1,0 +1,114 @@
+"""Generation at a single pipeline stage: the model called directly, each row at positions of its own.
+
+Every distinct prompt is encoded once at its own length (prompts of one length together) into a preallocated
+``RaggedKVCache``, rows repeating a prompt (GRPO's samples) copy its keys and values, and each decode step is
+one forward of one token per unfinished row, each at its row's next position, under a [rows, keys] mask made
+once per step. There is no pipeline schedule, no padding and no walk through the longer prompts' tails; a
+finished row leaves the batch. Tokens and log-probabilities are those of ``batched``'s layered loop (the
+reference), which pipelines and the uncached path still take.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models.cached_rotary import CachedRotarySelfAttention
+
+
+def direct_path_fits(gpt) -> bool:
+    """One pipeline stage whose attention layers all read a ``RaggedKVCache`` (rotary or learned positions)."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.attention import Attention
+
+    if parallel_state.get_pipeline_model_parallel_world_size() != 1:
+        return False
+    if getattr(gpt, "position_embedding_type", None) == "mrope":
+        return False
+    attentions = [m for m in gpt.modules() if isinstance(m, Attention)]
+    return bool(attentions) and all(isinstance(m, CachedRotarySelfAttention) for m in attentions)
+
+
+def _forward(gpt, ids: torch.Tensor, positions: torch.Tensor, mask, cache, vocab_size: int) -> torch.Tensor:
+    """[b, s] tokens -> logits [b, V] (fp32) after their last token; every TP rank holds the gathered row."""
+    logits = gpt(ids, positions, mask, inference_context=cache, runtime_gather_output=True)
+    return logits[:, -1, :vocab_size].float()
+
+
+def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device) -> torch.Tensor:
+    """Encode every distinct prompt once (those of one length in one forward), copy its cache to the rows that
+    repeat it; the logits [b, V] after each row's prompt."""
+    first: dict[tuple, int] = {}
+    source = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+    by_length: dict[int, list[int]] = {}
+    for i in first.values():
+        by_length.setdefault(len(prompts[i]), []).append(i)
+    logits = None
+    for length, rows in by_length.items():
+        slots = torch.tensor(rows, device=device)
+        cache.prefill(slots, length)
+        ids = torch.tensor([prompts[i] for i in rows], device=device)
+        got = _forward(gpt, ids, cache.positions, None, cache, vocab_size)
+        if logits is None:
+            logits = got.new_empty(len(prompts), got.shape[1])
+        logits[slots] = got
+    repeats = [i for i, s in enumerate(source) if s != i]
+    if repeats:
+        targets = torch.tensor(repeats, device=device)
+        sources = torch.tensor([source[i] for i in repeats], device=device)
+        cache.copy_rows(sources, targets, max(len(p) for p in prompts))
+        logits[targets] = logits[sources]
+    return logits
+
+
+def generate_direct(gpt, prompts: list[list[int]], **kwargs):
+    """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
+    ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
+    from .batched import Generated
+
+    with torch.inference_mode():
+        tokens, log_probs, response_len = _decode(gpt, prompts, **kwargs)
+    return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
+                     response_lengths=response_len.tolist())
+
+
+def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int, total: int,
+            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device):
+    from ..models.ragged_cache import RaggedKVCache
+    from .batched import pick_tokens
+
+    b = len(prompts)
+    lengths = torch.tensor([len(p) for p in prompts])
+    tokens = torch.full((b, total), pad_id, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        tokens[i, :len(p)] = torch.tensor(p)
+    log_probs = torch.zeros(b, total)
+    response_len = torch.zeros(b, dtype=torch.long)
+    last_allowed = torch.clamp(lengths + max_new_tokens, max=total) - 1
+    cache = RaggedKVCache(b, total)
+    logits = _prefill(gpt, prompts, cache, vocab_size, device)
+    active = torch.arange(b)  # original row of each cache slot
+    position = lengths.clone()  # the position each active row fills next
+    while True:
+        picked = pick_tokens(logits, sampling, None if uniform is None else uniform[active, position])
+        picked_lp = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+        picked, picked_lp = picked.cpu(), picked_lp.cpu()
+        tokens[active, position] = picked
+        log_probs[active, position] = picked_lp
+        response_len[active] += 1
+        stop = position >= last_allowed[active]
+        if eos_id is not None:
+            stop |= picked == eos_id
+        if finished is not None:
+            stop |= torch.tensor([finished(int(r), tokens[r, lengths[r]:p + 1].tolist())
+                                  for r, p in zip(active.tolist(), position.tolist())], dtype=torch.bool)
+        if bool(stop.all()):
+            break
+        if bool(stop.any()):
+            keep = (~stop).nonzero().squeeze(1)
+            cache.keep_rows(keep.to(device), int(position.max()))
+            active, position, picked = active[keep], position[keep], picked[keep]
+        position_dev = position.to(device)
+        mask = cache.decode(position_dev)
+        logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache, vocab_size)
+        position = position + 1
+    end = int((lengths + response_len).max())
+    return tokens[:, :end], log_probs[:, :end], response_len

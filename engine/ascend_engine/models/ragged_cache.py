@@ -1,0 +1,59 @@
+"""A static KV cache whose rows stand at positions of their own (``CachedRotarySelfAttention`` reads it).
+
+Megatron-core's ``StaticInferenceContext`` keeps one ``sequence_len_offset`` for the whole batch, so prompts of
+different lengths must either be padded or walked through one position at a time until the longest is encoded.
+Here every row carries its own positions: each prompt is encoded at its own length (no padding, no tail walked
+token by token), and each decode step writes every row's new key at that row's next position, attending to the
+cache up to the longest row under a mask that hides the positions a row has not reached. The buffers are
+allocated once, zeroed (a masked position must hold a finite number: it is multiplied by a zero weight), and
+written in place.
+"""
+from __future__ import annotations
+
+import torch
+from megatron.core.inference.contexts import StaticInferenceContext
+
+
+class RaggedKVCache(StaticInferenceContext):
+    def __init__(self, max_batch_size: int, max_sequence_length: int):
+        super().__init__(max_batch_size, max_sequence_length)
+        self.rows = self.positions = None
+        self.kv_length = 0
+
+    def prefill(self, rows: torch.Tensor, length: int) -> None:
+        """The next forward encodes prompts of ``length`` tokens from position 0 into the cache slots ``rows``."""
+        self.enable_prefill_mode()
+        self.rows = rows
+        self.positions = torch.arange(length, device=rows.device).unsqueeze(0).expand(len(rows), length)
+        self.kv_length = length
+
+    def decode(self, positions: torch.Tensor) -> torch.Tensor:
+        """The next forward feeds one token per row of slots 0..n-1, row i at ``positions[i]``. Returns the
+        attention mask to pass to the model: [n, 1, 1, keys], True where a key lies beyond the row's position."""
+        self.enable_decode_mode()
+        self.rows = torch.arange(len(positions), device=positions.device)
+        self.positions = positions.unsqueeze(1)
+        self.kv_length = int(positions.max()) + 1
+        keys = torch.arange(self.kv_length, device=positions.device)
+        return (keys.unsqueeze(0) > positions.unsqueeze(1)).view(len(positions), 1, 1, self.kv_length)
+
+    def memory(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
+        """This layer's (key, value) buffers [max_sequence_length, max_batch_size, groups, dim], made on first use."""
+        if layer_number not in self.key_value_memory_dict:
+            self.key_value_memory_dict[layer_number] = tuple(
+                torch.zeros(self.max_sequence_length, self.max_batch_size, *t.shape[2:], dtype=t.dtype,
+                            device=t.device) for t in (key, value))
+        return self.key_value_memory_dict[layer_number]
+
+    def copy_rows(self, sources: torch.Tensor, targets: torch.Tensor, length: int) -> None:
+        """Slots ``targets`` take the first ``length`` positions of slots ``sources`` (a repeated prompt)."""
+        for memory in self.key_value_memory_dict.values():
+            for buffer in memory:
+                buffer[:length, targets] = buffer[:length, sources]
+
+    def keep_rows(self, keep: torch.Tensor, length: int) -> None:
+        """Compact the slots to ``keep`` (ascending, their first ``length`` positions), so rows that finished
+        stop costing compute."""
+        for memory in self.key_value_memory_dict.values():
+            for buffer in memory:
+                buffer[:length, :len(keep)] = buffer[:length, keep]
