@@ -1,14 +1,11 @@
 """The elastic range of an AscendTrainJob: bad ranges are refused with the field named, by the model and by the
 CRD's CEL rules alike, and the sizes the operator may resize to are those TP x PP and the global batch allow."""
-import celpy
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from ascend_engine.config.loader import format_validation_error
-from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.train_job import AscendTrainJobSpec
-
+from test_spec_validation import _cel_ok, _cel_rules
 
 
 def _spec(nnodes=4, min_nodes=1, nproc=2, tp=1, gbs=16, mbs=1, save="/ckpt", **extra):
@@ -20,11 +17,7 @@ def _spec(nnodes=4, min_nodes=1, nproc=2, tp=1, gbs=16, mbs=1, save="/ckpt", **e
 
 
 def _cel_failures(spec):
-    crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
-    rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
-    env = celpy.Environment()
-    return [r for r in rules if "elastic" in r["rule"] and "oldSelf" not in r["rule"]
-            and not bool(env.program(env.compile(r["rule"])).evaluate({"self": celpy.json_to_cel(spec)}))]
+    return [r for r in _cel_rules() if "elastic" in r["rule"] and "oldSelf" not in r["rule"] and not _cel_ok(r, spec)]
 
 
 def _defaulted(spec):
