@@ -465,7 +465,32 @@ class PodRunner:
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
+    """Signal the container's processes, as a kubelet's container runtime reaches every process of the container:
+    the pod's process group and the groups of all its descendants (torchrun starts each worker in a session of its
+    own, so a signal to the pod's group alone would leave the workers running, or frozen, after their pod)."""
+    for group in _descendant_groups(process.pid):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _descendant_groups(pid: int) -> list[int]:
+    """``pid``'s process group first, then those of its descendants still alive, from /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append((int(entry.name), int(fields[2])))
+    groups, stack = [pid], [pid]
+    while stack:
+        for child, group in children.get(stack.pop(), []):
+            if group not in groups:
+                groups.append(group)
+            stack.append(child)
+    return groups
