@@ -23,13 +23,13 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from .control_loop import ControlLoop
 from .scheduler_filters import UNSCHEDULABLE_TAINT, tolerates
 
 logger = logging.getLogger(__name__)
@@ -65,35 +65,12 @@ def condition_taints(node: dict[str, Any]) -> list[tuple[str, str]]:
     return wanted
 
 
-class NodeLifecycle:
+class NodeLifecycle(ControlLoop):
+    name = "node lifecycle"
+
     def __init__(self, kubeconfig: str | Path, grace_s: float = DEFAULT_GRACE_S, poll_interval: float = 0.5):
-        self.grace_s, self.poll_interval = grace_s, poll_interval
-        configuration = client.Configuration()
-        config.load_kube_config(str(kubeconfig), client_configuration=configuration)
-        self._api_client = client.ApiClient(configuration)
-        self.core = client.CoreV1Api(self._api_client)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> NodeLifecycle:
-        self._thread = threading.Thread(target=self._loop, name="node-lifecycle", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-        self._api_client.close()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_interval):
-            try:
-                self.sync_once()
-            except Exception:  # the API may be going away at shutdown
-                if self._stop.is_set():
-                    break
-                logger.exception("node lifecycle pass failed")
+        super().__init__(kubeconfig, poll_interval)
+        self.grace_s = grace_s
 
     def sync_once(self, at: datetime.datetime | None = None) -> None:
         at = at or datetime.datetime.now(datetime.timezone.utc)

@@ -12,66 +12,31 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
-import threading
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from .control_loop import ControlLoop
 from .node_events import SCHEDULER, PodEvents
 from .scheduler_filters import DEFAULT_SCHEDULER, choose_node, occupies_node
-
-logger = logging.getLogger(__name__)
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Scheduler:
+class Scheduler(ControlLoop):
+    name = "scheduler"
+
     def __init__(self, kubeconfig: str | Path, poll_interval: float = 0.2):
-        self.poll_interval = poll_interval
-        configuration = client.Configuration()
-        config.load_kube_config(str(kubeconfig), client_configuration=configuration)
-        self._api_client = client.ApiClient(configuration)
-        self.core = client.CoreV1Api(self._api_client)
+        super().__init__(kubeconfig, poll_interval)
         self.events = PodEvents(self.core, "")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Scheduler:
-        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-        self._api_client.close()
-
-    def __enter__(self) -> Scheduler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.schedule_once()
-            except Exception:  # the API may be going away at shutdown; keep scheduling otherwise
-                if self._stop.is_set():
-                    break
-                logger.exception("scheduling pass failed")
-            self._stop.wait(self.poll_interval)
 
     def _list(self, call: Any) -> list[dict[str, Any]]:
         return json.loads(call(_preload_content=False).data)["items"]
 
-    def schedule_once(self) -> None:
+    def sync_once(self) -> None:
         pods = self._list(self.core.list_pod_for_all_namespaces)
         waiting = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
                    and not p["metadata"].get("deletionTimestamp")
