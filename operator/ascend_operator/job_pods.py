@@ -5,13 +5,17 @@ gang restart cost O(N^2). ``JobPods`` keeps the counts ``status.derive`` needs (
 terminating, failed and pending names) and updates them in O(1) per pod change, so deciding a job's status costs
 O(1) plus the few failed or pending pods it names. Pods are kept slim (``slim``): the fields the status, the
 failure cause and the progress scrape read, about 1 KB a pod instead of the 5-10 KB of a full pod dict.
+
+A job's pods span its attempts (``attempts``: each gang restart creates pods under new names and keeps the failed
+ones); ``attempt(n)`` is the view of one attempt, with its own counts, kept up to date the same way.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
+from . import attempts
+from .api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
 _CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disruption.py; PodScheduled's time: elastic.py
@@ -29,7 +33,8 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     labels = meta.get("labels") or {}
     out_meta = {"name": meta.get("name"), "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
-                "labels": {k: labels[k] for k in (LABEL_JOB_NAME, LABEL_JOB_KIND, LABEL_REPLICA_INDEX) if k in labels}}
+                "labels": {k: labels[k] for k in (LABEL_JOB_NAME, LABEL_JOB_KIND, LABEL_REPLICA_INDEX, LABEL_ATTEMPT)
+                           if k in labels}}
     if meta.get("deletionTimestamp"):
         out_meta["deletionTimestamp"] = meta["deletionTimestamp"]
     out_status = {k: status[k] for k in ("phase", "podIP", "reason", "message") if status.get(k)}
@@ -63,13 +68,15 @@ def terminating(pod: dict[str, Any]) -> bool:
 
 
 class JobPods:
-    """The pods of one job by name, with the live ones (not being deleted) indexed by phase."""
+    """The pods of one job by name, with the live ones (not being deleted) indexed by phase; with ``by_attempt``
+    also each attempt's pods as a JobPods of their own."""
 
-    def __init__(self, pods: Iterable[dict[str, Any]] = ()) -> None:
+    def __init__(self, pods: Iterable[dict[str, Any]] = (), by_attempt: bool = True) -> None:
         self._pods: dict[str, dict[str, Any]] = {}
         self._by_phase: dict[str, set[str]] = {ph: set() for ph in PHASES}
         self._ready = 0
         self._terminating = 0
+        self._attempts: dict[int, JobPods] | None = {} if by_attempt else None
         for p in pods:
             self.put(p)
 
@@ -79,6 +86,7 @@ class JobPods:
         other._pods = dict(self._pods)
         other._by_phase = {ph: set(names) for ph, names in self._by_phase.items()}
         other._ready, other._terminating = self._ready, self._terminating
+        other._attempts = None if self._attempts is None else {n: a.copy() for n, a in self._attempts.items()}
         return other
 
     # -- changes -------------------------------------------------------------------------------
@@ -97,19 +105,42 @@ class JobPods:
         old = self._pods.get(name)
         if old is not None:
             self._count(old, -1)
+            if self._attempts is not None and attempts.of(old) != attempts.of(pod):
+                self._drop_from_attempt(old)
         self._pods[name] = pod
         self._count(pod, +1)
+        if self._attempts is not None:
+            self._attempts.setdefault(attempts.of(pod), JobPods(by_attempt=False)).put(pod)
 
     def remove(self, name: str) -> dict[str, Any] | None:
         old = self._pods.pop(name, None)
         if old is not None:
             self._count(old, -1)
+            if self._attempts is not None:
+                self._drop_from_attempt(old)
         return old
+
+    def _drop_from_attempt(self, pod: dict[str, Any]) -> None:
+        n = attempts.of(pod)
+        view = self._attempts.get(n)
+        if view is not None:
+            view.remove(pod["metadata"]["name"])
+            if not len(view):
+                del self._attempts[n]
 
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, name: str) -> dict[str, Any] | None:
         return self._pods.get(name)
+
+    def attempt(self, n: int) -> JobPods:
+        """The pods of attempt ``n`` alone (a view to read: changes go to this JobPods)."""
+        if self._attempts is None:
+            raise TypeError("a view of one attempt has no attempts of its own")
+        return self._attempts.get(n) or JobPods(by_attempt=False)
+
+    def attempt_numbers(self) -> list[int]:
+        return sorted(self._attempts or ())
 
     def __len__(self) -> int:
         return len(self._pods)

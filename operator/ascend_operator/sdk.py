@@ -26,7 +26,8 @@ from kubernetes.client.rest import ApiException
 from pydantic import BaseModel
 
 from . import history
-from .api.group import API_GROUP, API_VERSION, KINDS, TRAIN_JOB, Kind
+from .api.group import (API_GROUP, API_VERSION, KINDS, LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME,
+                        LABEL_REPLICA_INDEX, TRAIN_JOB, Kind)
 from .validation import Problem, validate_text
 
 TERMINAL = ("Succeeded", "Failed")
@@ -179,11 +180,25 @@ class TrainClient:
 
     # -- logs and history ----------------------------------------------------------------------------------------
 
+    def pod_name(self, name: str, index: int = 0, attempt: int | None = None, namespace: str | None = None,
+                 kind: str = TRAIN_JOB.kind) -> str:
+        """The pod of replica ``index`` in ``attempt`` (default: the newest attempt that has one): pods are named
+        ``<name>-<index>-<attempt>`` and a gang restart keeps the failed attempt's pods (see docs/architecture.md)."""
+        selector = {LABEL_JOB_NAME: name, LABEL_JOB_KIND: _kind(kind).kind, LABEL_REPLICA_INDEX: str(index)}
+        if attempt is not None:
+            selector[LABEL_ATTEMPT] = str(attempt)
+        pods = self.core.list_namespaced_pod(namespace or self.namespace,
+                                             label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items
+        if not pods:
+            which = f"attempt {attempt}" if attempt is not None else "any attempt"
+            raise LookupError(f"{kind} {namespace or self.namespace}/{name} has no pod of index {index} in {which}")
+        return max(pods, key=lambda p: int((p.metadata.labels or {}).get(LABEL_ATTEMPT, 0))).metadata.name
+
     def logs(self, name: str, index: int = 0, follow: bool = False, namespace: str | None = None,
-             kind: str = TRAIN_JOB.kind, tail_lines: int | None = None) -> Iterator[str]:
-        """The lines of pod ``<name>-<index>`` (a DatasetPrep's or CheckpointConvert's pod is ``<name>``);
-        ``follow`` streams until the container ends."""
-        pod = f"{name}-{index}" if _kind(kind) == TRAIN_JOB else name
+             kind: str = TRAIN_JOB.kind, tail_lines: int | None = None, attempt: int | None = None) -> Iterator[str]:
+        """The lines of the pod of replica ``index`` (a DatasetPrep's or CheckpointConvert's only pod is index 0)
+        in ``attempt`` (default: the newest); ``follow`` streams until the container ends."""
+        pod = self.pod_name(name, index, attempt, namespace, kind)
         response = self.core.read_namespaced_pod_log(pod, namespace or self.namespace, follow=follow,
                                                      tail_lines=tail_lines, _preload_content=False)
         pending = b""

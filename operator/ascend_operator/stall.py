@@ -1,7 +1,7 @@
 """Hang detection: a running job whose iteration stops advancing is Stalled (pure functions, unit-tested).
 
 The operator reads rank 0's iteration every sweep (``status.progress``). A ``StallClock`` per job and gang
-generation (``status.restarts``) remembers when the iteration last advanced and how long the advances took; the
+(its attempt, ``attempts.current``) remembers when the iteration last advanced and how long the advances took; the
 timeout is ``runPolicy.stallDetection``'s: a floor of its own while starting (until the iteration has advanced
 twice: rendezvous, model build, checkpoint load, the first logged steps) and while rank 0 saves a checkpoint,
 otherwise the larger of ``minSeconds`` and ``stepTimeFactor`` x the median time between advances (an advance is
@@ -23,7 +23,7 @@ INTERVALS_KEPT = 31  # the median of the last this many times between advances
 
 @dataclass
 class StallClock:
-    generation: int  # the gang (status.restarts) this clock belongs to
+    generation: int  # the gang (its attempt: restarts + resizes) this clock belongs to
     since: float  # monotonic seconds: when the iteration last advanced, or when the gang was first seen running
     iteration: int | None = None
     advances: int = 0

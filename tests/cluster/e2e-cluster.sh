@@ -68,7 +68,7 @@ kubectl get pods -n "$NAMESPACE" -l ascendtrain.dev/job-name=quickstart -o wide 
 if [[ "$phase" != Succeeded ]]; then
   echo "e2e-cluster: quickstart ended as '${phase:-nothing}' after ${SECONDS}s" >&2
   kubectl describe atj quickstart -n "$NAMESPACE" >&2 || true
-  kubectl logs -n "$NAMESPACE" quickstart-0 --tail=50 >&2 || true
+  kubectl logs -n "$NAMESPACE" -l ascendtrain.dev/job-name=quickstart,ascendtrain.dev/replica-index=0 --tail=50 >&2 || true
   exit 1
 fi
 

@@ -9,11 +9,14 @@ from ascend_operator.status import derive
 KEY = ("AscendTrainJob", "default", "big")
 
 
-def pod(i, uid=None, rv=1, phase_="Pending", is_ready=False, deleting=False, job="big"):
-    meta = {"name": f"{job}-{i}", "namespace": "default", "uid": uid or f"uid-{i}", "resourceVersion": str(rv),
+def pod(i, uid=None, rv=1, phase_="Pending", is_ready=False, deleting=False, job="big", attempt=None):
+    meta = {"name": f"{job}-{i}" if attempt is None else f"{job}-{i}-{attempt}", "namespace": "default",
+            "uid": uid or f"uid-{i}", "resourceVersion": str(rv),
             "labels": {"ascendtrain.dev/job-name": job, "ascendtrain.dev/job-kind": "AscendTrainJob",
                        "ascendtrain.dev/replica-index": str(i), "other": "dropped"},
             "annotations": {"big": "x" * 1000}}
+    if attempt is not None:
+        meta["labels"]["ascendtrain.dev/attempt"] = str(attempt)
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     status = {"phase": phase_, "conditions": [{"type": "Ready", "status": "True" if is_ready else "False"},
@@ -29,28 +32,38 @@ def seeded(cache, listed=()):
     return cache.pods(KEY, lambda: list(listed))
 
 
-def test_events_keep_the_counts_a_recount_would_give():
+def counts(live):
+    return {"active": sum(phase(p) in ("Pending", "Running") for p in live), "ready": sum(ready(p) for p in live),
+            "succeeded": sum(phase(p) == "Succeeded" for p in live), "failed": sum(phase(p) == "Failed" for p in live)}
+
+
+def test_events_keep_the_counts_a_recount_would_give_for_the_job_and_each_attempt():
     cache, rng = PodCache(), random.Random(7)
     seeded(cache)
     truth = {}
     for step in range(1, 3001):
-        i = rng.randrange(20)
+        i, a = rng.randrange(20), rng.randrange(3)
         if rng.random() < 0.2:
-            if i in truth:
-                cache.apply("DELETED", truth.pop(i))
+            if (i, a) in truth:
+                cache.apply("DELETED", truth.pop((i, a)))
             continue
-        uid = truth[i]["metadata"]["uid"] if i in truth else f"uid-{i}-{rng.random()}"
+        uid = truth[i, a]["metadata"]["uid"] if (i, a) in truth else f"uid-{i}-{a}-{rng.random()}"
         p = pod(i, uid, step, rng.choice(["Pending", "Running", "Succeeded", "Failed"]),
-                rng.random() < 0.5, rng.random() < 0.1)
-        cache.apply("MODIFIED" if i in truth else "ADDED", p)
-        truth[i] = p
+                rng.random() < 0.5, rng.random() < 0.1, attempt=a)
+        cache.apply("MODIFIED" if (i, a) in truth else "ADDED", p)
+        truth[i, a] = p
     pods = cache.pods(KEY, never_listed)
     live = [p for p in truth.values() if not p["metadata"].get("deletionTimestamp")]
     assert len(pods) == len(truth) and pods.live_count == len(live)
-    assert pods.replica_counts() == {
-        "active": sum(phase(p) in ("Pending", "Running") for p in live), "ready": sum(ready(p) for p in live),
-        "succeeded": sum(phase(p) == "Succeeded" for p in live), "failed": sum(phase(p) == "Failed" for p in live)}
-    assert [index(p) for p in pods.in_phase("Running")] == sorted(index(p) for p in live if phase(p) == "Running")
+    assert pods.replica_counts() == counts(live)
+    assert pods.attempt_numbers() == [0, 1, 2]
+    for a in range(3):
+        view, of_a = pods.attempt(a), [p for (_, pa), p in truth.items() if pa == a]
+        live_a = [p for p in of_a if not p["metadata"].get("deletionTimestamp")]
+        assert len(view) == len(of_a) and view.live_count == len(live_a) and view.replica_counts() == counts(live_a)
+        assert [index(p) for p in view.in_phase("Running")] == sorted(index(p) for p in live_a
+                                                                      if phase(p) == "Running")
+    assert len(pods.attempt(3)) == 0
 
 
 def test_pods_are_kept_slim():
@@ -60,6 +73,8 @@ def test_pods_are_kept_slim():
     assert "spec" not in kept and "annotations" not in kept["metadata"]
     assert set(kept["metadata"]["labels"]) == {"ascendtrain.dev/job-name", "ascendtrain.dev/job-kind",
                                                "ascendtrain.dev/replica-index"}
+    cache.apply("ADDED", pod(1, attempt=2))
+    assert seeded(cache).get("big-1-2")["metadata"]["labels"]["ascendtrain.dev/attempt"] == "2"
     assert [c["type"] for c in kept["status"]["conditions"]] == ["Ready"]
 
 

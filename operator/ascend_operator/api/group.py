@@ -32,3 +32,4 @@ KINDS = (TRAIN_JOB, DATASET_PREP, CHECKPOINT_CONVERT)
 LABEL_JOB_NAME = f"{API_GROUP}/job-name"
 LABEL_JOB_KIND = f"{API_GROUP}/job-kind"
 LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"
+LABEL_ATTEMPT = f"{API_GROUP}/attempt"  # which gang (re)start a pod belongs to: attempts.py

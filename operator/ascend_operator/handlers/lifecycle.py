@@ -28,7 +28,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import fan_out, history, infra_fault, metrics
+from .. import attempts, fan_out, history, infra_fault, metrics
 from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods
@@ -83,9 +83,9 @@ _informers: list[PodInformer] = []
 WATCHED_NAMESPACES: list[str] = []  # set by ``main`` from --namespace; empty: the whole cluster
 
 
-def _reporters(job: JobKind, spec: Any, pods: JobPods, name: str) -> list[dict[str, Any]]:
-    """The live pods whose metrics make the job's progress (rank 0; a trainer's first and last pod)."""
-    found = (pods.get(f"{name}-{i}") for i in dict.fromkeys(job.reporting_pods(spec)))
+def _reporters(job: JobKind, spec: Any, pods: JobPods, name: str, attempt: int) -> list[dict[str, Any]]:
+    """The live pods of ``attempt`` whose metrics make the job's progress (rank 0; a trainer's first and last)."""
+    found = (pods.get(attempts.pod_name(name, i, attempt)) for i in dict.fromkeys(job.reporting_pods(spec)))
     return [p for p in found if p is not None and not p["metadata"].get("deletionTimestamp")]
 
 
@@ -163,10 +163,11 @@ def summarize(names: list[str], shown: int = 3) -> str:
 
 
 def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: Any,
-            avoided: list[str]) -> list[str]:
-    """Create the objects that do not exist yet: the others first, then the pods a few at a time; the pods are
-    kept off the ``avoided`` nodes."""
+            avoided: list[str], attempt: int) -> list[str]:
+    """Create the objects that do not exist yet: the others first, then the pods of ``attempt`` a few at a time;
+    the pods are kept off the ``avoided`` nodes."""
     objects = job.render(name, namespace, spec)
+    attempts.stamp(objects, name, attempt)
     infra_fault.avoid_nodes(objects, avoided)
     kopf.adopt(objects, owner=obj)
     kueue.keep_off_children(objects)
@@ -217,7 +218,7 @@ def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status:
 
 def _release_lost(obj: dict[str, Any], key: JobKey, pods: JobPods) -> None:
     """Force-delete the pods evicted from a node that went NotReady or unreachable: no kubelet there will confirm
-    their deletion, and the new gang reuses their names. (Their processes may still run on a node that is only
+    their deletion, and the new gang waits until the old one is gone. (Their processes may still run on a node that is only
     cut off; a training job's new gang does not share state with them, and the old ranks' collectives fail.)"""
     for pod in pods:
         if pod["metadata"].get("deletionTimestamp") and infra_fault.node_fault(pod):
@@ -236,7 +237,11 @@ def _announce_avoided(obj: dict[str, Any], before: dict[str, Any], after: dict[s
 
 
 def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
-    deleted = _delete_pods(key, pods.live())
+    """Delete the current attempt's pods (resuming creates them again under the same names) and any still running
+    of an older one; the older attempts' finished pods stay, with their logs."""
+    attempt = attempts.current(status)
+    deleted = _delete_pods(key, [p for p in pods.live() if attempts.of(p) == attempt] +
+                           [p for p in attempts.stopping(pods.live()) if attempts.of(p) != attempt])
     if status.get("phase") == "Suspended":
         return status
     message = f"runPolicy.suspend is true: {deleted} pod(s) deleted; clearing it recreates them"
@@ -301,18 +306,21 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     status = {**status, **extra}
     restarting = status.get("phase") == "Restarting"
     key = (job.kind.kind, namespace, name)
+    attempt = attempts.current(status)
     if restarting and pods.terminating:
         _release_lost(obj, key, pods)
-    if (not is_true(status, "Created") or (restarting and not pods.live_count)) and not pods.terminating:
+    # A new attempt starts once every pod of the previous one has stopped (``pods``: all attempts).
+    if (not is_true(status, "Created") or (restarting and not pods.attempt(attempt).live_count)) \
+            and not pods.terminating:
         if not create_errors.due(key):
             return status  # backing off after a refused create
         try:
             created = _create(job, obj, namespace, name, spec,
-                              [a["node"] for a in status.get("avoidedNodes") or []])
+                              [a["node"] for a in status.get("avoidedNodes") or []], attempt)
         except create_errors.ChildCreateFailed as e:
             status, message, permanent = create_errors.failed(key, e.what, e.error, status, at)
             if permanent:  # the phase change posts the Warning event; a partial gang is of no use
-                _delete_pods(key, _pods(job, namespace, name).live())
+                _delete_pods(key, _pods(job, namespace, name).attempt(attempt).live())
             else:
                 _event(obj, "CreateFailed", message, warning=True)
             return status
@@ -324,25 +332,27 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         if created:
             _event(obj, "Created", f"created {summarize(created)}")
         pods = _pods(job, namespace, name)
-    new = derive(pods, job.replicas(spec), status, policy)
+        _delete_pods(key, attempts.expired(pods.live(), attempt, policy.backoffLimit))
+    current = pods.attempt(attempt)  # only the current attempt's pods decide; older ones are kept to read
+    new = derive(current, job.replicas(spec), status, policy)
     if new.get("restarts", 0) > status.get("restarts", 0):
         _announce_avoided(obj, status, new)
         return _gang_restart(job, obj, key, pods, new)
-    if (change := job.resize(obj, desired, new, pods)) is not None:
+    if (change := job.resize(obj, desired, new, current)) is not None:
         new, reason, message = change
         if reason:  # a gang restart at the new size: the pods are created again once these are gone
-            deleted = _delete_pods(key, pods.live())
+            stopped = _delete_pods(key, attempts.stopping(pods.live()))
             metrics.RESIZES.labels(job.kind.kind, reason).inc()
-            _event(obj, reason, f"{message}; deleted {deleted} pod(s)", warning=reason == "ScaledIn")
+            _event(obj, reason, f"{message}; stopped {stopped} pod(s)", warning=reason == "ScaledIn")
             return new
-    reporters = _reporters(job, spec, pods, name)
+    reporters = _reporters(job, spec, current, name, attempt)
     progress, series, events = _live_progress(job, spec, reporters)
     engine_events.post_new(key, obj, events)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
         if series:
             history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
-    new = stalls.check(key, obj, job.stall_detection(spec), policy, pods, new, progress, at)
+    new = stalls.check(key, obj, job.stall_detection(spec), policy, current, new, progress, at)
     if new.get("restarts", 0) > status.get("restarts", 0):
         return _gang_restart(job, obj, key, pods, new, stalls.STALLED_GRACE_SECONDS)
     if new["phase"] == "Succeeded":
@@ -365,11 +375,14 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
 
 def _gang_restart(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, new: dict[str, Any],
                   grace_seconds: int | None = None) -> dict[str, Any]:
-    """Delete every pod of the gang (``_follow`` creates them again once gone), counted by reason."""
+    """Stop the gang: delete its pods that still run or wait; the finished ones (the failed pod that caused the
+    restart) stay with their logs. ``_follow`` creates the next attempt's pods once these are gone. Counted by
+    reason."""
     restarting = condition(new, "Restarting")
-    deleted = _delete_pods(key, pods.live(), grace_seconds)
+    stopped = _delete_pods(key, attempts.stopping(pods.live()), grace_seconds)
     metrics.RESTARTS.labels(job.kind.kind, restarting["reason"]).inc()
-    _event(obj, "GangRestart", f"{restarting['message']}; deleted {deleted} pod(s)", True)
+    _event(obj, "GangRestart", f"{restarting['message']}; stopped {stopped} pod(s), the next attempt's pods are "
+                               f"named {key[2]}-<index>-{attempts.current(new)}", True)
     return new
 
 

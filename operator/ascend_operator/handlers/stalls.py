@@ -12,7 +12,7 @@ from typing import Any
 
 from ascend_engine.stacks import STACK_DUMP_ANNOTATION
 
-from .. import metrics
+from .. import attempts, metrics
 from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods
 from ..pod_cache import JobKey
@@ -39,7 +39,7 @@ def check(key: JobKey, obj: dict[str, Any], detection: StallDetection | None, po
         forget(key)
         return status
     now_s = time.monotonic()
-    generation = status.get("restarts", 0)
+    generation = attempts.current(status)  # a new gang (restart or resize) starts a new clock
     clock = _CLOCKS.get(key)
     if clock is None or clock.generation != generation:
         clock = _CLOCKS[key] = StallClock(generation, now_s)

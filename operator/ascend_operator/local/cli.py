@@ -11,6 +11,7 @@
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
     ascend-train delete KIND NAME              delete one object
     ascend-train logs POD [-f]                 the pod's container output (-f: follow it until the pod ends)
+                                               (POD <job>-<index>: that replica's newest attempt)
     ascend-train dashboard [--port 8765]       a web page of the jobs: progress, ETA, loss/lr/tok/s curves
 """
 from __future__ import annotations
@@ -298,8 +299,18 @@ def delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _newest_attempt(pods_dir: Path, replica: str) -> str | None:
+    """``<job>-<index>`` names the replica; its pods are ``<job>-<index>-<attempt>``: the newest one's name."""
+    attempts = [(int(d.name.rsplit("-", 1)[1]), d.name) for d in pods_dir.glob(f"{replica}-*")
+                if d.is_dir() and d.name.rsplit("-", 1)[1].isdigit() and d.name.rsplit("-", 1)[0] == replica]
+    return max(attempts)[1] if attempts else None
+
+
 def logs(args: argparse.Namespace) -> int:
-    path = Path(args.root) / "pods" / args.namespace / args.pod
+    pods_dir = Path(args.root) / "pods" / args.namespace
+    if not (pods_dir / args.pod).is_dir():
+        args.pod = _newest_attempt(pods_dir, args.pod) or args.pod
+    path = pods_dir / args.pod
     if not path.is_dir():
         raise UsageError(f'pod "{args.pod}" has no logs under {path.parent}/ (not started yet, or another namespace?)')
     if not args.follow:
@@ -480,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("name", help="the object's name")
     sub.set_defaults(func=delete)
     sub = commands.add_parser("logs", help="a pod's container output")
-    sub.add_argument("pod", help="the pod's name, e.g. quickstart-0 (rank 0 of job quickstart)")
+    sub.add_argument("pod", help="the pod's name, e.g. quickstart-0-1 (rank 0 of job quickstart, attempt 1), or "
+                                 "quickstart-0 for rank 0's newest attempt")
     sub.add_argument("-f", "--follow", action="store_true",
                      help="keep printing what the pod writes until it has ended (Ctrl-C stops)")
     sub.set_defaults(func=logs)
