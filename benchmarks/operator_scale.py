@@ -255,7 +255,7 @@ def _start_up(op: Operator, name: str) -> None:
 def _gang_restart(op: Operator, name: str, nodes: int) -> None:
     phase = Phase(op, "gang restart")
     old = {uid for uid, _ in op.tally.pods[name].values()}
-    op.core.delete_namespaced_pod(f"{name}-1", "default", _preload_content=False)
+    op.core.delete_namespaced_pod(f"{name}-1-0", "default", _preload_content=False)  # attempt 0
     op.apply("small", 2)
     small = op.tally.wait(lambda pods: len(pods.get("small", {})) == 2, 600)
     renewed = op.tally.wait(lambda pods: len(pods.get(name, {})) == nodes and not

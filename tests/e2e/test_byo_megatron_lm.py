@@ -94,13 +94,15 @@ def test_megatron_lm_pretrain_gpt_as_a_byo_job(tmp_path):
                 seen.append(status("megatron")["progress"])
             time.sleep(0.5)
         saved_before_kill = status("megatron")["progress"]["lastCheckpointIteration"]
-        cluster.runner.kill("default", "megatron-1", signal.SIGKILL)
+        cluster.runner.kill("default", "megatron-1-0", signal.SIGKILL)
         while status("megatron").get("phase") not in ("Succeeded", "Failed") or \
                 status("megatron-nodata").get("phase") not in ("Succeeded", "Failed"):
             assert time.monotonic() < deadline, f"did not finish: {status('megatron')} {status('megatron-nodata')}"
             time.sleep(0.5)
         final, nodata = status("megatron"), status("megatron-nodata")
-        logs = {i: (cluster.root / "pods" / "default" / f"megatron-{i}" / "container.log").read_text() for i in (0, 1)}
+        # Each rank's log over both attempts (pod megatron-<index>-<attempt>; the local runner keeps the stopped ones').
+        logs = {i: "".join((cluster.root / "pods" / "default" / f"megatron-{i}-{a}" / "container.log").read_text()
+                           for a in (0, 1)) for i in (0, 1)}
         resources.close()
     # Live figures were Megatron's own: each loss seen in status is one its last rank printed at that iteration.
     printed = {int(m.group(1)): float(m.group(2)) for m in

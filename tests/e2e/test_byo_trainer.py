@@ -58,13 +58,13 @@ def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
             assert time.monotonic() < deadline, f"no checkpoint at 5 yet: {status('byo')}"
             time.sleep(0.3)
         saved_before_kill = status("byo")["progress"]["lastCheckpointIteration"]
-        cluster.runner.kill("default", "byo-1", signal.SIGKILL)
+        cluster.runner.kill("default", "byo-1-0", signal.SIGKILL)
         while status("byo").get("phase") not in ("Succeeded", "Failed") or \
                 status("broken").get("phase") not in ("Succeeded", "Failed"):
             assert time.monotonic() < deadline, f"did not finish: {status('byo')} {status('broken')}"
             time.sleep(0.3)
         final, broken = status("byo"), status("broken")
-        log = (cluster.root / "pods" / "default" / "byo-0" / "container.log").read_text()
+        log = (cluster.root / "pods" / "default" / "byo-0-1" / "container.log").read_text()  # the second attempt
         resources.close()
     # Live, before and after the restart: the program's own iterations and losses (10 / iteration, all-reduced).
     assert seen and all(abs(loss - 10.0 / it) < 1e-3 * loss for it, loss in seen), seen

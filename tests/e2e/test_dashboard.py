@@ -124,7 +124,7 @@ def test_the_dashboard_draws_every_logged_iteration_of_a_running_job(tmp_path):
                 assert time.monotonic() < deadline + 240
                 time.sleep(0.5)
             assert history()[:len(before)] == before
-            logged = {int(i): float(loss) for i, loss in LOGGED.findall(read_logs(cluster.root, "default", "dash-0"))}
+            logged = {int(i): float(loss) for i, loss in LOGGED.findall(read_logs(cluster.root, "default", "dash-0-0"))}
             assert sorted(logged) == list(range(1, ITERS + 1))
             kept = history()
             assert [p["iteration"] for p in kept] == sorted(logged)  # every logged iteration, none invented

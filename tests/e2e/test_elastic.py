@@ -73,7 +73,7 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
             "latest_checkpointed_iteration.txt"
 
         _wait("the first checkpoint", lambda: tracker.exists() and int(tracker.read_text()) >= SAVE_INTERVAL)
-        node = core.read_namespaced_pod("elastic-1", "default").spec.node_name
+        node = core.read_namespaced_pod("elastic-1-0", "default").spec.node_name
         cluster.lose_node(node)  # no spare node: the job can only go on smaller
 
         _wait("the scale-in", lambda: (status().get("elastic") or {}).get("currentNodes") == 1)
@@ -82,8 +82,10 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
         final = _wait("the end", lambda: (s := status()).get("phase") in ("Succeeded", "Failed") and s)
         ours = [e for e in resources.list(events, "default") if e["involvedObject"].get("name") == "elastic"]
         reasons = [e["reason"] for e in ours]
-        logs = "".join((cluster.root / "pods" / "default" / p / "container.log").read_text()
-                       for p in ("elastic-0", "elastic-1"))
+        # Every attempt's pods (elastic-<index>-<attempt>), in the order the attempts ran.
+        ran = sorted((cluster.root / "pods" / "default").glob("elastic-*-*"),
+                     key=lambda d: [int(x) for x in d.name.split("-")[:0:-1]])  # by attempt, then index
+        logs = "".join((d / "container.log").read_text() for d in ran)
         resources.close()
     runner.join()
     proc, curve = reference[0]

@@ -1,18 +1,22 @@
 """Faults of a node or its device on a three-node local cluster: the gang restarts away from the node, the node is
 listed in status.avoidedNodes, and neither restart spends runPolicy.backoffLimit (0 here: one counted restart
-would fail the job). First a rank dies of a device error; then a node is lost (its kubelet goes silent, the taint
-manager evicts its pod) and a fresh node joins, where the job continues and finishes."""
+would fail the job). First a rank dies of a device error (its pod stays, with its log, next to the next attempt's
+pods); then a node is lost (its kubelet goes silent, the taint manager evicts its pod) and a fresh node joins, where
+the job continues and finishes."""
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ascend_operator.api.group import LABEL_JOB_NAME
+from ascend_operator.api.group import LABEL_ATTEMPT, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
 from ascend_operator.local.cluster import LocalCluster
 from ascend_operator.local.pod_environment import termination_message_file
 
@@ -54,34 +58,42 @@ def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(
                 time.sleep(0.3)
             return current
 
-        def placement() -> dict[str, str]:
-            return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in resources.list(pods, "default")
-                    if not p["metadata"].get("deletionTimestamp")}
+        def placement(attempt: int) -> dict[str, str]:
+            """Where each pod of the attempt runs, by replica index."""
+            return {p["metadata"]["labels"][LABEL_REPLICA_INDEX]: p["spec"].get("nodeName")
+                    for p in resources.list(pods, "default") if not p["metadata"].get("deletionTimestamp")
+                    and p["metadata"]["labels"].get(LABEL_ATTEMPT) == str(attempt)}
 
         wait(lambda s: s.get("phase") == "Running", "not running")  # faults at start-up are faults all the same
-        first = placement()
-        faulty = first["isolate-1"]
+        first = placement(0)
+        faulty = first["1"]
         # Rank 1's chip fails: the process dies with the CANN error as its termination message.
-        termination_message_file(cluster.root / "pods" / "default" / "isolate-1").write_text(DEVICE_ERROR)
-        cluster.kill_pod("default", "isolate-1", signal.SIGKILL)
+        termination_message_file(cluster.root / "pods" / "default" / "isolate-1-0").write_text(DEVICE_ERROR)
+        cluster.kill_pod("default", "isolate-1-0", signal.SIGKILL)
         after_device = wait(lambda s: s.get("phase") == "Running" and s.get("restarts") == 1, "no restart")
         assert [(a["node"], a["reason"]) for a in after_device["avoidedNodes"]] == [(faulty, "DeviceFault")]
         assert "EZ9999" in after_device["avoidedNodes"][0]["message"]
-        second = placement()
+        second = placement(1)
         assert faulty not in second.values() and len(set(second.values())) == 2, second
-        pod = resources.get(pods, "isolate-0", "default")
+        # The failed attempt's pod stays, with its log, next to the running attempt's (kubectl, as a user looks).
+        listed = _kubectl(cluster, "get", "pods", "-l", f"{LABEL_JOB_NAME}=isolate", "-L", LABEL_ATTEMPT)
+        rows = {line.split()[0]: (line.split()[2], line.split()[-1]) for line in listed.splitlines()[1:]}
+        assert rows == {"isolate-1-0": ("Error", "0"), "isolate-0-1": ("Running", "1"),
+                        "isolate-1-1": ("Running", "1")}, listed
+        assert "importing torch" in _kubectl(cluster, "logs", "isolate-1-0")
+        pod = resources.get(pods, "isolate-0-1", "default")
         affinity = pod["spec"]["affinity"]
         assert affinity["podAntiAffinity"] == _job()["spec"]["affinity"]["podAntiAffinity"]
         assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [faulty]}]}]
 
         # Rank 0's node is lost; the third node is avoided, so the job can go on only once a new node joins.
-        lost = second["isolate-0"]
+        lost = second["0"]
         cluster.lose_node(lost)
         cluster.add_node("node-4")
         final = wait(lambda s: s.get("phase") == "Succeeded" or (s.get("restarts") == 2 and s.get("phase") in (
             "Running", "Succeeded")), "no restart after the node was lost", timeout=300)
-        third = placement()
+        third = placement(2)
         assert sorted(third.values()) == sorted({*second.values(), "node-4"} - {lost}), third
         assert [(a["node"], a["reason"]) for a in final["avoidedNodes"]] == [(faulty, "DeviceFault"),
                                                                               (lost, "NodeFault")]
@@ -94,3 +106,13 @@ def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(
     assert (final["restarts"], final["disruptions"]) == (2, 2)  # neither counted: backoffLimit 0 was enough
     assert final["progress"]["iteration"] == 20
     assert faulty in reasons["DeviceFault"] and lost in reasons["NodeFault"], reasons
+
+
+def _kubectl(cluster: LocalCluster, *args: str) -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (`make tools` installs it)")
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+    out = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout

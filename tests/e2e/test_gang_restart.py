@@ -97,7 +97,7 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
         # two iterations seen, so the operator is past its start-up floor (it counts advances it saw).
         wait("no checkpoint at 10 yet", lambda s: (s.get("progress") or {}).get("lastCheckpointIteration", 0) >= 10
              and len(iterations) >= 2, 300)
-        os.kill(_worker_pid(cluster, "default", "resume-1"), signal.SIGSTOP)  # rank 1 freezes
+        os.kill(_worker_pid(cluster, "default", "resume-1-0"), signal.SIGSTOP)  # rank 1 freezes
         frozen_at = time.monotonic()
         stalled = wait("not declared Stalled", lambda s: any(c["type"] == "Stalled" and c["status"] == "True"
                                                              for c in s.get("conditions") or []), 120)
@@ -109,7 +109,11 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
         os.truncate(damaged, damaged.stat().st_size // 2)
 
         final = wait("did not finish", lambda s: s.get("phase") in ("Succeeded", "Failed"), 400)
-        log = (cluster.root / "pods" / "default" / "resume-0" / "container.log").read_text()
+        # Rank 0's log over both attempts (pods resume-0-0 and resume-0-1; the local runner keeps a deleted pod's).
+        log = "".join((cluster.root / "pods" / "default" / f"resume-0-{a}" / "container.log").read_text()
+                      for a in (0, 1))
+        listed = _kubectl(cluster, "get", "pods", "-l", "ascendtrain.dev/job-name=resume", "-L",
+                          "ascendtrain.dev/attempt")
         served = urllib.request.urlopen(f"http://127.0.0.1:{_operator_metrics_port(cluster)}/metrics",
                                         timeout=5).read().decode()
         events = _kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=resume")
@@ -129,7 +133,13 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     assert len(restarting) == 1 and restarting[0]["reason"] == "Stalled", restarting
     assert restarting[0]["message"].startswith("gang restart 1/1: stalled: iteration "), restarting
     assert next(c for c in final["conditions"] if c["type"] == "Stalled")["status"] == "False"
-    # Rank 0's log (the same pod name across the restart): its stacks (faulthandler's dump of every thread) while
+    # The next attempt's pods have names of their own and completed; the stalled gang's running pods were stopped
+    # (deleted; one that had ended first would stay, as a failed pod does).
+    rows = {line.split()[0]: (line.split()[2], line.split()[-1]) for line in listed.splitlines()[1:]}
+    assert {k: v for k, v in rows.items() if v[1] == "1"} == {"resume-0-1": ("Completed", "1"),
+                                                              "resume-1-1": ("Completed", "1")}, listed
+    assert all(v[1] == "0" and v[0] != "Running" for k, v in rows.items() if not k.endswith("-1")), listed
+    # Rank 0's log: its stacks (faulthandler's dump of every thread) while
     # it waited for the frozen rank, then the second run loading the newest checkpoint that verifies.
     dump = log[log.index("stack dump requested"):]
     assert "most recent call first" in dump and 'File "' in dump, dump[:3000]

@@ -106,7 +106,7 @@ def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, ca
             sdk.get("held")
         assert gone.value.status == 404
     status = done.raw["status"]
-    assert set(pods) == {"quickstart-0", "quickstart-1"}
+    assert set(pods) == {"quickstart-0-0", "quickstart-1-0"}
     # Progress was read live from rank 0 while training ran, and the final figures came with the exit.
     assert "nodata" in seen_running_progress, "the job without data did not fail while the quickstart ran"
     assert [i for i in seen_running_progress if i != "nodata"], "no live progress while Running"

@@ -50,8 +50,8 @@ def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_cl
     summary = {"summary": "mmlu=0.6200 gsm8k=0.1000", "checkpoint": "/ckpt/llm", "finishedAt": "2026-11-23T15:00:00Z",
                "tasks": [{"task": "mmlu", "accuracy": 0.62, "samples": 14042, "seconds": 900.5},
                          {"task": "gsm8k", "accuracy": 0.1, "samples": 1319, "seconds": 3000.0}]}
-    finish(api_client, "ev-0", 0, {"iteration": 10, "loss": 1.5, "evaluation": summary})
-    finish(api_client, "ev-1", 0, {})
+    finish(api_client, "ev-0-0", 0, {"iteration": 10, "loss": 1.5, "evaluation": summary})
+    finish(api_client, "ev-1-0", 0, {})
     status = wait_for(lambda: (s := get_job(api_client, "ev").get("status", {})).get("phase") == "Succeeded" and s,
                       what="Succeeded")
     assert status["evaluation"] == summary
@@ -63,7 +63,7 @@ def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client):
         "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", evaluation_job("evbad"))
     wait_for(lambda: len(pods_of(api_client, "evbad")) == 2, what="2 pods")
     cause = "bad task data: /data/mmlu/test/anatomy_test.csv:7: expected 6 columns, got 5"
-    finish(api_client, "evbad-0", 2, {"reason": "EvaluationFailed", "message": cause})
+    finish(api_client, "evbad-0-0", 2, {"reason": "EvaluationFailed", "message": cause})
     status = wait_for(lambda: (s := get_job(api_client, "evbad").get("status", {})).get("phase") == "Failed" and s,
                       what="Failed")
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -86,8 +86,8 @@ def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, 
     assert "train" not in command and "sh" not in pods[1].spec.containers[0].command
     summary = {"summary": "mmlu=0.5000", "checkpoint": "/models/qwen3", "finishedAt": "2026-11-23T16:00:00Z",
                "tasks": [{"task": "mmlu", "accuracy": 0.5, "samples": 8, "seconds": 2.0}]}
-    finish(api_client, "evonly-0", 0, {"evaluation": summary})
-    finish(api_client, "evonly-1", 0, {})
+    finish(api_client, "evonly-0-0", 0, {"evaluation": summary})
+    finish(api_client, "evonly-1-0", 0, {})
     status = wait_for(lambda: (s := get_job(api_client, "evonly").get("status", {})).get("phase") == "Succeeded"
                       and s, what="Succeeded")
     assert status["evaluation"] == summary

@@ -86,8 +86,8 @@ def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, api_c
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, job("ha"))
     first = wait_for(lambda: len(p := pods_of(api_client, "ha")) == 2 and p, what="2 pods")
-    set_pod_phase(api_client, "ha-0", "Running")
-    set_pod_phase(api_client, "ha-1", "Running")
+    set_pod_phase(api_client, "ha-0-0", "Running")
+    set_pod_phase(api_client, "ha-1-0", "Running")
     wait_for(lambda: get_job(api_client, "ha").get("status", {}).get("phase") == "Running", what="Running")
     # The standby served nothing: its kopf never started.
     standby_proc, _, standby_log = replicas[standby]
@@ -106,8 +106,8 @@ def test_one_replica_leads_and_the_other_takes_over_when_it_dies(replicas, api_c
     assert lease_spec(api_client)["transitions"] == 1 and new_holder != holder
 
     # The new leader follows the job to its end; nothing is created twice.
-    set_pod_phase(api_client, "ha-0", "Succeeded", exit_code=0)
-    set_pod_phase(api_client, "ha-1", "Succeeded", exit_code=0)
+    set_pod_phase(api_client, "ha-0-0", "Succeeded", exit_code=0)
+    set_pod_phase(api_client, "ha-1-0", "Succeeded", exit_code=0)
     done = wait_for(lambda: (s := get_job(api_client, "ha").get("status", {})).get("phase") == "Succeeded" and s,
                     what="Succeeded under the new leader")
     assert done["completionTime"]

@@ -27,9 +27,9 @@ def phase_is(api_client, name, phase, plural=PLURAL):
     return wait_for(check, what=f"{name} {phase}")
 
 
-def run_all(api_client, name, n=2):
+def run_all(api_client, name, n=2, attempt=0):
     for i in range(n):
-        set_pod_phase(api_client, f"{name}-{i}", "Running")
+        set_pod_phase(api_client, f"{name}-{i}-{attempt}", "Running")
 
 
 def events_of(api_client, name):
@@ -48,16 +48,21 @@ def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api
     assert "load: /ckpt/rt" in config  # the restarted engine resumes from its own checkpoints
     run_all(api_client, "rt")
     phase_is(api_client, "rt", "Running")
-    set_pod_phase(api_client, "rt-1", "Failed", exit_code=137)  # SIGKILL: OOM kill, node loss
+    set_pod_phase(api_client, "rt-1-0", "Failed", exit_code=137)  # SIGKILL: OOM kill, node loss
     restarting = phase_is(api_client, "rt", "Restarting")
     assert restarting["restarts"] == 1
     cond = next(c for c in restarting["conditions"] if c["type"] == "Restarting")
     assert cond["status"] == "True" and "gang restart 1/2" in cond["message"] and "exit code 137" in cond["message"]
-    second = wait_for(lambda: (p := pods_of(api_client, "rt")) and len(p) == 2 and
-                      {x.metadata.uid for x in p}.isdisjoint({x.metadata.uid for x in first}) and p,
-                      what="both pods replaced")
-    assert len(second) == 2
-    run_all(api_client, "rt")
+    # The next attempt's pods have names of their own; the failed pod stays (its log with it), the running one
+    # of the stopped gang is deleted.
+    second = wait_for(lambda: (p := pods_of(api_client, "rt")) and [x.metadata.name for x in p] == [
+        "rt-0-1", "rt-1-0", "rt-1-1"] and p, what="the next attempt's pods")
+    attempts = {x.metadata.name: (x.metadata.labels["ascendtrain.dev/attempt"], x.status.phase) for x in second}
+    assert attempts == {"rt-0-1": ("1", "Pending"), "rt-1-1": ("1", "Pending"), "rt-1-0": ("0", "Failed")}
+    assert next(x for x in second if x.metadata.name == "rt-1-0").metadata.uid == \
+        next(x for x in first if x.metadata.name == "rt-1-0").metadata.uid
+    assert next(x for x in second if x.metadata.name == "rt-0-1").spec.hostname == "rt-0"  # MASTER_ADDR's name
+    run_all(api_client, "rt", attempt=1)
     running = phase_is(api_client, "rt", "Running")
     assert running["restarts"] == 1
     assert {c["type"]: c["status"] for c in running["conditions"]}["Restarting"] == "False"
@@ -68,23 +73,24 @@ def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api
     assert 'ascend_operator_jobs{kind="AscendTrainJob",phase="Running"} 1.0' in served
     assert "ascend_operator_reconcile_seconds_count" in served
     # A deleted pod is not silently recreated: the policy restarts the gang (restart 2 of 2) ...
-    client.CoreV1Api(api_client).delete_namespaced_pod("rt-0", "default")
+    client.CoreV1Api(api_client).delete_namespaced_pod("rt-0-1", "default")
     assert phase_is(api_client, "rt", "Restarting")["restarts"] == 2
-    wait_for(lambda: len(pods_of(api_client, "rt")) == 2, what="pods again")
+    wait_for(lambda: {p.metadata.name for p in pods_of(api_client, "rt")} == {"rt-1-0", "rt-0-2", "rt-1-2"},
+             what="pods again (backoffLimit 2: up to 3 attempts kept)")
     # ... and the next failure exceeds backoffLimit.
-    set_pod_phase(api_client, "rt-0", "Failed", exit_code=143)
+    set_pod_phase(api_client, "rt-0-2", "Failed", exit_code=143)
     failed = phase_is(api_client, "rt", "Failed")
     assert next(c for c in failed["conditions"] if c["type"] == "Failed")["reason"] == "BackoffLimitExceeded"
-    # cleanPodPolicy Running (the default): no zombie left holding devices.
-    wait_for(lambda: all(p.status.phase not in ("Pending", "Running") for p in pods_of(api_client, "rt")),
-             what="running pods cleaned")
+    # cleanPodPolicy Running (the default): no zombie left holding devices; each attempt's failed pod stays.
+    wait_for(lambda: {p.metadata.name for p in pods_of(api_client, "rt")} == {"rt-1-0", "rt-0-2"},
+             what="running pods cleaned, failed ones kept")
 
 
 def test_permanent_exit_code_fails_without_retry(operator, api_client):
     create(api_client, job("perm", runPolicy={"backoffLimit": 5, "cleanPodPolicy": "All"}))
     wait_for(lambda: len(pods_of(api_client, "perm")) == 2, what="pods")
     run_all(api_client, "perm")
-    set_pod_phase(api_client, "perm-0", "Failed", exit_code=1)
+    set_pod_phase(api_client, "perm-0-0", "Failed", exit_code=1)
     failed = phase_is(api_client, "perm", "Failed")
     assert failed.get("restarts", 0) == 0
     message = next(c for c in failed["conditions"] if c["type"] == "Failed")["message"]
@@ -95,7 +101,7 @@ def test_permanent_exit_code_fails_without_retry(operator, api_client):
 def test_listed_exit_code_is_retried(operator, api_client):
     create(api_client, job("listed", runPolicy={"retryableExitCodes": [3]}))
     wait_for(lambda: len(pods_of(api_client, "listed")) == 2, what="pods")
-    set_pod_phase(api_client, "listed-1", "Failed", exit_code=3)
+    set_pod_phase(api_client, "listed-1-0", "Failed", exit_code=3)
     assert phase_is(api_client, "listed", "Restarting")["restarts"] == 1
 
 
@@ -129,7 +135,7 @@ def test_ttl_deletes_the_finished_job_and_what_it_created(operator, api_client):
     wait_for(lambda: len(pods_of(api_client, "ttl")) == 2, what="pods")
     assert not get_job(api_client, "ttl")["metadata"].get("finalizers")  # deletion never waits for us
     for i in range(2):
-        set_pod_phase(api_client, f"ttl-{i}", "Succeeded", exit_code=0)
+        set_pod_phase(api_client, f"ttl-{i}-0", "Succeeded", exit_code=0)
     custom = client.CustomObjectsApi(api_client)
     wait_for(lambda: not any(o["metadata"]["name"] == "ttl" for o in
                              custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"]),
@@ -156,7 +162,7 @@ def test_worker_that_never_reaches_the_master_gives_a_clear_condition(operator, 
     status = {"phase": "Failed", "containerStatuses": [{
         "name": "engine", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
         "state": {"terminated": {"exitCode": 124, "reason": "Error", "message": report}}}]}
-    client.CoreV1Api(api_client).patch_namespaced_pod_status("lonely-1", "default", {"status": status})
+    client.CoreV1Api(api_client).patch_namespaced_pod_status("lonely-1-0", "default", {"status": status})
     failed = phase_is(api_client, "lonely", "Failed")
     cond = next(c for c in failed["conditions"] if c["type"] == "Failed")
     assert cond["reason"] == "MasterUnreachable" and "does not resolve" in cond["message"]
@@ -178,7 +184,7 @@ def _succeed_single_pod(api_client, name, outputs):
     status = {"phase": "Succeeded", "containerStatuses": [{
         "name": "engine", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
         "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": json.dumps(outputs)}}}]}
-    client.CoreV1Api(api_client).patch_namespaced_pod_status(f"{name}-0", "default", {"status": status})
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(f"{name}-0-0", "default", {"status": status})
 
 
 def test_pipeline_waits_for_its_dependencies_then_uses_their_outputs(operator, api_client):
@@ -215,7 +221,7 @@ def test_pipeline_waits_for_its_dependencies_then_uses_their_outputs(operator, a
     assert config["checkpoint"]["load"] == "/ckpt/mcore" and config["checkpoint"]["finetune"] is True
     assert pods_of(api_client, "mg2hf") == []  # the export waits for training
     for i in range(2):
-        set_pod_phase(api_client, f"sft-{i}", "Succeeded", exit_code=0)
+        set_pod_phase(api_client, f"sft-{i}-0", "Succeeded", exit_code=0)
     wait_for(lambda: len(pods_of(api_client, "mg2hf")) == 1, what="export pod")
     exported = yaml.safe_load(client.CoreV1Api(api_client).read_namespaced_config_map("mg2hf-config", "default")
                               .data["config.yaml"])
@@ -227,7 +233,7 @@ def test_a_failed_dependency_fails_the_job(operator, api_client):
            "checkpointconverts")
     create(api_client, job("needs", checkpointConvertRef="broken"))
     wait_for(lambda: len(pods_of(api_client, "broken")) == 1, what="convert pod")
-    set_pod_phase(api_client, "broken-0", "Failed", exit_code=2)
+    set_pod_phase(api_client, "broken-0-0", "Failed", exit_code=2)
     failed = phase_is(api_client, "needs", "Failed")
     cond = next(c for c in failed["conditions"] if c["type"] == "Failed")
     assert cond["reason"] == "DependencyFailed" and "CheckpointConvert broken" in cond["message"]

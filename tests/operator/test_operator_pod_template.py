@@ -19,16 +19,16 @@ SECRET_VALUE = "hf_s3cr3t-Token-0123456789"
 
 REFUSED = [  # (job, spec, reason, what the message says)
     ("clash", {"volumes": [{"name": "dshm", "emptyDir": {}}]}, "InvalidPodTemplate",
-     'creating Pod/clash-0 failed: Pod "clash-0" is invalid: spec.volumes[2].name: Duplicate value: "dshm"'),
+     'creating Pod/clash-0-0 failed: Pod "clash-0-0" is invalid: spec.volumes[2].name: Duplicate value: "dshm"'),
     ("tol", {"tolerations": [{"key": "npu", "operator": "Equals", "effect": "NoSchedule"}]}, "InvalidPodTemplate",
-     'creating Pod/tol-0 failed: Pod "tol-0" is invalid: spec.tolerations[0].operator: Unsupported value: '
+     'creating Pod/tol-0-0 failed: Pod "tol-0-0" is invalid: spec.tolerations[0].operator: Unsupported value: '
      '"Equals": supported values: "Equal", "Exists"'),
     ("hp", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]}, "PolicyViolation",
      "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied by this operator's policy"),
     # An unknown field: the operator creates pods with fieldValidation=Strict, so the server refuses it instead of
     # dropping it (its default) and tolerating every taint: a permanent failure, not a retry loop.
     ("keyy", {"tolerations": [{"keyy": "npu", "operator": "Exists"}]}, "InvalidPodTemplate",
-     'creating Pod/keyy-0 failed: Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+     'creating Pod/keyy-0-0 failed: Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
      'unknown field "spec.tolerations[0].keyy"'),
     ("priv", {"securityContext": {"privileged": True}}, "PolicyViolation",
      "spec.securityContext.privileged: Forbidden: this operator's policy denies privileged containers"),
@@ -72,7 +72,7 @@ def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api
     for pod in pods:
         set_pod_phase(api_client, pod.metadata.name, "Running")
     phase_is(api_client, "sec", "Running")
-    set_pod_phase(api_client, "sec-1", "Failed", exit_code=1)
+    set_pod_phase(api_client, "sec-1-0", "Failed", exit_code=1)
     phase_is(api_client, "sec", "Failed")
     encoded = base64.b64encode(SECRET_VALUE.encode()).decode()
     seen = [repr(get_job(api_client, "sec")),

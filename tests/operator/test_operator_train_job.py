@@ -112,13 +112,13 @@ def test_job_gets_service_configmap_and_pods_then_follows_them(operator, api_cli
 
     status = wait_for(lambda: get_job(api_client, "llm").get("status", {}).get("phase"), what="a phase")
     assert status == "Pending"
-    set_pod_phase(api_client, "llm-0", "Running")
-    set_pod_phase(api_client, "llm-1", "Running")
+    set_pod_phase(api_client, "llm-0-0", "Running")
+    set_pod_phase(api_client, "llm-1-0", "Running")
     running = wait_for(lambda: (s := get_job(api_client, "llm").get("status", {})).get("phase") == "Running" and s,
                        what="Running")
     assert running["replicas"]["ready"] == 2 and running["startTime"]
-    set_pod_phase(api_client, "llm-0", "Succeeded", exit_code=0)
-    set_pod_phase(api_client, "llm-1", "Succeeded", exit_code=0)
+    set_pod_phase(api_client, "llm-0-0", "Succeeded", exit_code=0)
+    set_pod_phase(api_client, "llm-1-0", "Succeeded", exit_code=0)
     done = wait_for(lambda: (s := get_job(api_client, "llm").get("status", {})).get("phase") == "Succeeded" and s,
                     what="Succeeded")
     assert {c["type"]: c["status"] for c in done["conditions"]}["Succeeded"] == "True"
@@ -128,12 +128,12 @@ def test_job_gets_service_configmap_and_pods_then_follows_them(operator, api_cli
 def test_a_failed_pod_fails_the_job_with_its_exit_code(operator, api_client):
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, job("bad"))
     wait_for(lambda: len(pods_of(api_client, "bad")) == 2, what="2 pods")
-    set_pod_phase(api_client, "bad-0", "Running")
-    set_pod_phase(api_client, "bad-1", "Failed", exit_code=3)
+    set_pod_phase(api_client, "bad-0-0", "Running")
+    set_pod_phase(api_client, "bad-1-0", "Failed", exit_code=3)
     status = wait_for(lambda: (s := get_job(api_client, "bad").get("status", {})).get("phase") == "Failed" and s,
                       what="Failed")
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == "PodFailed" and "bad-1" in failed["message"] and "exit code 3" in failed["message"]
+    assert failed["reason"] == "PodFailed" and "bad-1-0" in failed["message"] and "exit code 3" in failed["message"]
 
 
 def test_restarting_the_operator_creates_nothing_twice(operator, api_client):
