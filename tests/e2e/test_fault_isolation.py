@@ -67,7 +67,10 @@ def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(
         wait(lambda s: s.get("phase") == "Running", "not running")  # faults at start-up are faults all the same
         first = placement(0)
         faulty = first["1"]
-        # Rank 1's chip fails: the process dies with the CANN error as its termination message.
+        # Rank 1's chip fails once it has logged (its log must outlive the restart): the process dies with the CANN
+        # error as its termination message.
+        log = cluster.root / "pods" / "default" / "isolate-1-0" / "container.log"
+        wait(lambda s: log.exists() and "wait-for-master: " in log.read_text(), "rank 1 logged nothing")
         termination_message_file(cluster.root / "pods" / "default" / "isolate-1-0").write_text(DEVICE_ERROR)
         cluster.kill_pod("default", "isolate-1-0", signal.SIGKILL)
         after_device = wait(lambda s: s.get("phase") == "Running" and s.get("restarts") == 1, "no restart")
@@ -80,7 +83,7 @@ def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(
         rows = {line.split()[0]: (line.split()[2], line.split()[-1]) for line in listed.splitlines()[1:]}
         assert rows == {"isolate-1-0": ("Error", "0"), "isolate-0-1": ("Running", "1"),
                         "isolate-1-1": ("Running", "1")}, listed
-        assert "importing torch" in _kubectl(cluster, "logs", "isolate-1-0")
+        assert "wait-for-master: " in _kubectl(cluster, "logs", "isolate-1-0")
         pod = resources.get(pods, "isolate-0-1", "default")
         affinity = pod["spec"]["affinity"]
         assert affinity["podAntiAffinity"] == _job()["spec"]["affinity"]["podAntiAffinity"]
@@ -101,11 +104,15 @@ def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(
         final = wait(lambda s: s.get("phase") == "Succeeded", "did not finish", timeout=300)
         reasons = {e["reason"]: e["message"] for e in resources.list(events, "default")
                    if e["involvedObject"].get("name") == "isolate"}
+        left = sorted(p["metadata"]["name"] for p in resources.list(pods, "default"))
         resources.close()
     assert final["phase"] == "Succeeded", final
     assert (final["restarts"], final["disruptions"]) == (2, 2)  # neither counted: backoffLimit 0 was enough
     assert final["progress"]["iteration"] == 20
     assert faulty in reasons["DeviceFault"] and lost in reasons["NodeFault"], reasons
+    # backoffLimit 0 keeps two attempts: the third one's start deleted the first's failed pod; the second's pods
+    # were all stopped (none had ended), so only the last attempt's are left.
+    assert left == ["isolate-0-2", "isolate-1-2"], left
 
 
 def _kubectl(cluster: LocalCluster, *args: str) -> str:

@@ -218,8 +218,9 @@ def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status:
 
 def _release_lost(obj: dict[str, Any], key: JobKey, pods: JobPods) -> None:
     """Force-delete the pods evicted from a node that went NotReady or unreachable: no kubelet there will confirm
-    their deletion, and the new gang waits until the old one is gone. (Their processes may still run on a node that is only
-    cut off; a training job's new gang does not share state with them, and the old ranks' collectives fail.)"""
+    their deletion, and the next attempt waits until the old gang is gone. (Their processes may still run on a node
+    that is only cut off; a training job's new gang does not share state with them, and the old ranks' collectives
+    fail.)"""
     for pod in pods:
         if pod["metadata"].get("deletionTimestamp") and infra_fault.node_fault(pod):
             if kube().delete_pod(key[1], pod["metadata"]["name"], pod["metadata"]["uid"], grace_seconds=0):
