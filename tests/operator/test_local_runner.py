@@ -206,6 +206,12 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
             core = client.CoreV1Api(cluster.runner._api_client)
             wait_for(lambda: core.read_namespaced_pod("hello", "default"), lambda p: p.status.phase == "Succeeded")
             assert main(cli + ["logs", "hello"]) == 0 and capsys.readouterr().out == "hi\n"
+            # A job's replica <job>-<index> names its newest attempt's pod (<job>-<index>-<attempt>).
+            for attempt, text in enumerate(["first try\n", "second try\n"]):
+                (root / "pods" / "default" / f"job-1-{attempt}").mkdir(parents=True)
+                (root / "pods" / "default" / f"job-1-{attempt}" / "container.log").write_text(text)
+            assert main(cli + ["logs", "job-1"]) == 0 and capsys.readouterr().out == "second try\n"
+            assert main(cli + ["logs", "job-1-0"]) == 0 and capsys.readouterr().out == "first try\n"
             # logs -f prints what the pod writes while it runs and returns when it has ended
             ticker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ticker"}, "spec": {
                 "restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": [
