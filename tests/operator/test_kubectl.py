@@ -60,10 +60,11 @@ def rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip().splitlines()]
 
 
-def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0) -> dict:
+def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0,
+               namespace: str = "default") -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        pod = resources.get(pods, name, "default")
+        pod = resources.get(pods, name, namespace)
         if (pod.get("status") or {}).get("phase") in phases:
             return pod
         assert time.monotonic() < deadline, pod.get("status")
@@ -167,6 +168,41 @@ def test_get_events_shows_reason_object_and_message(cluster):
     assert table[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert table[1][1:] == ["Warning", "PodFailed", "ascendtrainjob/columns", "config.json", "missing", "in",
                             "/models/x"]
+
+
+def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
+    """kubectl's typed requests carry protobuf bodies (the server decodes them with Kubernetes' own .proto types);
+    drain evicts through pods/eviction, the pod marked DisruptionTarget before it goes."""
+    sent = kubectl(cluster, "create", "namespace", "proto", "-v=8").stderr
+    assert "Content-Type: application/vnd.kubernetes.protobuf" in sent
+    kubectl(cluster, "create", "configmap", "settings", "-n", "proto", "--from-literal=lr=1e-4",
+            "--from-literal=note=a b")
+    kubectl(cluster, "create", "secret", "generic", "token", "-n", "proto", "--from-literal=key=s3cr3t")
+    stored = json.loads(kubectl(cluster, "get", "configmap", "settings", "-n", "proto", "-o", "json").stdout)
+    assert stored["data"] == {"lr": "1e-4", "note": "a b"} and stored["metadata"]["namespace"] == "proto"
+    secret = kubectl(cluster, "get", "secret", "token", "-n", "proto", "-o", "jsonpath={.data.key}").stdout
+    assert secret == "czNjcjN0"  # base64 of s3cr3t, bytes through protobuf
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "drained", "namespace": "proto",
+                                                          "labels": {"drain": "me"}},
+           "spec": {"terminationGracePeriodSeconds": 2,
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "60"]}]}}
+    resources = cluster.client()
+    try:
+        resources.apply(pod)
+        wait_phase(resources, resources.resolve("pods"), "drained", ("Running",), namespace="proto")
+        watch = subprocess.Popen(["kubectl", "get", "pod", "drained", "-n", "proto", "-w", "-o", "json"],
+                                 env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=subprocess.PIPE,
+                                 text=True)
+        drained = kubectl(cluster, "drain", "local", "--pod-selector=drain=me", "--force", "--timeout=20s", "-v=8")
+        watch.terminate()
+        seen = watch.communicate(timeout=10)[0]
+    finally:
+        kubectl(cluster, "uncordon", "local")
+        resources.close()
+    assert "/api/v1/namespaces/proto/pods/drained/eviction" in drained.stderr and "201 Created" in drained.stderr
+    assert "pod/drained evicted" in drained.stdout
+    assert '"reason": "EvictionByEvictionAPI"' in seen and '"type": "DisruptionTarget"' in seen
+    assert kubectl(cluster, "get", "pod", "drained", "-n", "proto", check=False).returncode != 0
 
 
 def test_apply_server_dry_run_validates_without_storing(cluster):

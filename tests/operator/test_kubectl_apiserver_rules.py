@@ -246,8 +246,7 @@ def test_the_pod_policy_refuses_through_kubectl_and_torchrun_variables_win_over_
     namespace = "policy"
     crd = Path(__file__).resolve().parents[2] / "crds" / "ascendtrainjobs.ascendtrain.dev.yaml"
     kubectl(cluster, "replace", "-f", str(crd))  # as generated: an earlier test of this module added a field
-    # `kubectl create namespace|configmap` send protobuf, which the emulator does not speak: apply sends JSON.
-    assert _apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}).returncode == 0
+    kubectl(cluster, "create", "namespace", namespace)
     env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
                ASCEND_OPERATOR_DASHBOARD_PORT="0")
     with open(cluster.root / "policy-operator.log", "wb") as log:
