@@ -84,6 +84,27 @@ CASES = [
      ["datasetPrepRef and train.data.dataPath exclude each other"]),
     ("volcanoQueue without volcano", atj(volcanoQueue="q"), ["volcanoQueue needs gangScheduling: volcano"]),
     ("negative backoffLimit", atj(runPolicy={"backoffLimit": -1}), ["spec.runPolicy.backoffLimit"]),
+    # Found by applying hostile objects with kubectl: each was accepted and failed later (in the pod, the kubelet or
+    # the operator's parsing, which retried with no condition) or ran other than written.
+    ("image the runtime cannot parse", atj(image="ascend/éngine:1"), ["spec.image: Invalid value", "should match"]),
+    ("image with an inner newline", atj(image="engine\n:1"), ["spec.image: Invalid value"]),
+    ("env name with a newline", atj(env=[{"name": "A\nB", "value": "1"}]), ["spec.env[0].name", "should match"]),
+    ("env name with a space (1.32 allows it)", atj(env=[{"name": "MY VAR", "value": "é ✓\nline"}]), None),
+    ("the same env name twice", atj(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+     ['spec.env[1]: Duplicate value: map[string]interface {}{"name":"A"}']),
+    ("valueFrom with no source", atj(env=[{"name": "T", "valueFrom": {}}]),
+     ["spec.env[0].valueFrom", "should have at least 1 properties"]),
+    ("cpu that is not a quantity", atj(resources={"requests": {"cpu": "lots"}}),
+     ["spec.resources.requests.cpu: Invalid value: \"lots\"", "should match"]),
+    ("negative memory limit", atj(resources={"limits": {"memory": "-1Gi"}}), ["spec.resources.limits.memory"]),
+    ("shmSize that is not a quantity", atj(shmSize="16Gigs"), ["spec.shmSize", "should match"]),
+    ("shmSize none", atj(shmSize="none"), None),
+    ("service account not a DNS name", atj(serviceAccountName="UpperCase"), ["spec.serviceAccountName"]),
+    ("pull secret not a DNS name", atj(imagePullSecrets=["Bad Name"]), ["spec.imagePullSecrets[0]"]),
+    ("label value over 63", {**atj(), "metadata": {"name": "labelled", "labels": {"team": "x" * 64}}},
+     ["metadata.labels", "must be no more than 63 characters"]),
+    ("annotations over 256 KiB", {**atj(), "metadata": {"name": "noted", "annotations": {"a": "x" * (1 << 18)}}},
+     ["metadata.annotations: Too long: must have at most 262144 bytes"]),
 ]
 
 

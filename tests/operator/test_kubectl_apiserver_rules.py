@@ -53,8 +53,8 @@ def _pod(name: str, **spec) -> dict:
      "spec.containers[0].image", "must not have leading or trailing whitespace"),
     ("bad-port", {"container": {"ports": [{"containerPort": 70000}]}},
      "spec.containers[0].ports[0].containerPort", "must be between 1 and 65535, inclusive"),
-    ("bad-env", {"container": {"env": [{"name": "1X", "value": "v"}]}},
-     "spec.containers[0].env[0].name", "a valid environment variable name"),
+    ("bad-env", {"container": {"env": [{"name": "A=B", "value": "v"}]}},  # 1.32: any printable ASCII but '='
+     "spec.containers[0].env[0].name", "must consist only of printable ASCII characters other than '='"),
     ("two-sources", {"volumes": [{"name": "v", "emptyDir": {}, "hostPath": {"path": "/x"}}]},
      "spec.volumes[0].emptyDir", "may not specify more than 1 volume type"),  # the second in Go's order
     ("no-name", {"container": {"name": ""}}, "spec.containers[0].name", "Required value"),
@@ -65,6 +65,30 @@ def test_kube_apiserver_pod_rules_refuse_a_bad_pod_naming_the_field_once(cluster
     assert f'The Pod "{name}" is invalid' in result.stderr and f"{field}: " in result.stderr, result.stderr
     assert words in result.stderr, result.stderr
     assert f"{field}: {field}" not in result.stderr  # the path once, as kube-apiserver's causes carry it
+
+
+def test_resources_ids_node_selector_and_env_from_are_checked_as_kube_apiserver_does(cluster):
+    """The pod rules a job's template reaches through passthrough fields, all reported at once, each named."""
+    pod = _pod("many-faults", nodeSelector={"zone": "z" * 64}, securityContext={"fsGroup": -1},
+               container={"resources": {"requests": {"cpu": "4", "Bad Name": "1", "example.com/dev": "1"},
+                                        "limits": {"cpu": "1", "example.com/dev": "2"}},
+                          "securityContext": {"runAsUser": -1}, "env": [{"name": "1 X", "value": "fine in 1.32"}],
+                          "envFrom": [{"prefix": "A="}]})
+    result = _apply(cluster, pod)
+    assert result.returncode != 0, "accepted"
+    for words in ('spec.containers[0].resources.requests: Invalid value: "4": must be less than or equal to cpu '
+                  "limit of 1",
+                  'spec.containers[0].resources.requests[Bad Name]: Invalid value: "Bad Name": name part must',
+                  'spec.containers[0].resources.requests: Invalid value: "1": must be equal to example.com/dev '
+                  "limit of 2",
+                  "spec.containers[0].securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647",
+                  "spec.securityContext.fsGroup: Invalid value: -1",
+                  "spec.nodeSelector: Invalid value: \"" + "z" * 64 + '": must be no more than 63 characters',
+                  "spec.containers[0].envFrom[0].prefix: Invalid value: \"A=\"",
+                  "spec.containers[0].envFrom[0]: Invalid value: \"\": must specify one of: `configMapRef` or "
+                  "`secretRef`"):
+        assert words in result.stderr, result.stderr
+    assert "env[0]" not in result.stderr
 
 
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
@@ -81,6 +105,9 @@ def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_
 def test_a_value_of_the_wrong_type_fails_decoding_as_on_kube_apiserver(cluster):
     result = _apply(cluster, _pod("typed", container={"ports": [{"containerPort": "http"}]}))
     assert result.returncode != 0 and 'cannot be handled as a Pod' in result.stderr, result.stderr
+    result = _apply(cluster, _pod("quantity", volumes=[{"name": "shm", "emptyDir": {"sizeLimit": "16Gigs"}}]))
+    assert result.returncode != 0 and 'cannot be handled as a Pod: quantities must match the regular expression' \
+        in result.stderr, result.stderr
 
 
 def test_custom_resource_errors_name_the_field_once(cluster):

@@ -39,7 +39,8 @@ from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from . import server_side_apply
 from .patches import PatchError, json_patch, merge_patch
-from .pod_validation import pod_spec_errors
+from .object_meta import metadata_errors
+from .pod_validation import pod_spec_errors, quantity_error
 from .pod_logs import serve_log
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
 
@@ -484,7 +485,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
             obj = checked.pruned(obj)
             errors += checked.errors
+        errors += metadata_errors(obj)
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
+            if problem := quantity_error(obj):
+                raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
             pruned: list[str] = []
