@@ -10,7 +10,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import yaml
 
 from ascend_operator.api.train_job import TrainProgress
 from ascend_operator.local.cli import main as ascend_train
+from ascend_operator.local import protobuf_codec
 from ascend_operator.local.cluster import LocalCluster
 
 
@@ -60,11 +64,10 @@ def rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip().splitlines()]
 
 
-def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0,
-               namespace: str = "default") -> dict:
+def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        pod = resources.get(pods, name, namespace)
+        pod = resources.get(pods, name, "default")
         if (pod.get("status") or {}).get("phase") in phases:
             return pod
         assert time.monotonic() < deadline, pod.get("status")
@@ -182,6 +185,19 @@ def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
     assert stored["data"] == {"lr": "1e-4", "note": "a b"} and stored["metadata"]["namespace"] == "proto"
     secret = kubectl(cluster, "get", "secret", "token", "-n", "proto", "-o", "jsonpath={.data.key}").stdout
     assert secret == "czNjcjN0"  # base64 of s3cr3t, bytes through protobuf
+    # A client that accepts only protobuf gets it (protoc reads the envelope); custom resources have none: 406.
+    ask = lambda path: urllib.request.urlopen(urllib.request.Request(  # noqa: E731
+        cluster.api_server.url + path, headers={"Accept": "application/vnd.kubernetes.protobuf"}))
+    answer = ask("/api/v1/namespaces/proto/configmaps/settings").read()
+    assert answer[:4] == b"k8s\x00"
+    envelope = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{protobuf_codec.PROTO_ROOT}",
+                               "--decode=k8s.io.apimachinery.pkg.runtime.Unknown",
+                               "k8s.io/apimachinery/pkg/runtime/generated.proto"],
+                              input=answer[4:], capture_output=True, check=True).stdout.decode()
+    assert 'apiVersion: "v1"' in envelope and 'kind: "ConfigMap"' in envelope and "1e-4" in envelope
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        ask("/apis/ascendtrain.dev/v1alpha1/namespaces/proto/ascendtrainjobs")
+    assert refused.value.code == 406
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "drained", "namespace": "proto",
                                                           "labels": {"drain": "me"}},
            "spec": {"terminationGracePeriodSeconds": 2,
@@ -189,7 +205,10 @@ def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
     resources = cluster.client()
     try:
         resources.apply(pod)
-        wait_phase(resources, resources.resolve("pods"), "drained", ("Running",), namespace="proto")
+        pods, deadline = resources.resolve("pods"), time.monotonic() + 30
+        while not (resources.get(pods, "drained", "proto").get("spec") or {}).get("nodeName"):  # on the node
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         watch = subprocess.Popen(["kubectl", "get", "pod", "drained", "-n", "proto", "-w", "-o", "json"],
                                  env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=subprocess.PIPE,
                                  text=True)
