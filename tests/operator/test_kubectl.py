@@ -10,7 +10,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import yaml
 
 from ascend_operator.api.train_job import TrainProgress
 from ascend_operator.local.cli import main as ascend_train
+from ascend_operator.local import protobuf_codec
 from ascend_operator.local.cluster import LocalCluster
 
 
@@ -167,6 +171,57 @@ def test_get_events_shows_reason_object_and_message(cluster):
     assert table[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert table[1][1:] == ["Warning", "PodFailed", "ascendtrainjob/columns", "config.json", "missing", "in",
                             "/models/x"]
+
+
+def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
+    """kubectl's typed requests carry protobuf bodies (the server decodes them with Kubernetes' own .proto types);
+    drain evicts through pods/eviction, the pod marked DisruptionTarget before it goes."""
+    sent = kubectl(cluster, "create", "namespace", "proto", "-v=8").stderr
+    assert "Content-Type: application/vnd.kubernetes.protobuf" in sent
+    kubectl(cluster, "create", "configmap", "settings", "-n", "proto", "--from-literal=lr=1e-4",
+            "--from-literal=note=a b")
+    kubectl(cluster, "create", "secret", "generic", "token", "-n", "proto", "--from-literal=key=s3cr3t")
+    stored = json.loads(kubectl(cluster, "get", "configmap", "settings", "-n", "proto", "-o", "json").stdout)
+    assert stored["data"] == {"lr": "1e-4", "note": "a b"} and stored["metadata"]["namespace"] == "proto"
+    secret = kubectl(cluster, "get", "secret", "token", "-n", "proto", "-o", "jsonpath={.data.key}").stdout
+    assert secret == "czNjcjN0"  # base64 of s3cr3t, bytes through protobuf
+    # A client that accepts only protobuf gets it (protoc reads the envelope); custom resources have none: 406.
+    ask = lambda path: urllib.request.urlopen(urllib.request.Request(  # noqa: E731
+        cluster.api_server.url + path, headers={"Accept": "application/vnd.kubernetes.protobuf"}))
+    answer = ask("/api/v1/namespaces/proto/configmaps/settings").read()
+    assert answer[:4] == b"k8s\x00"
+    envelope = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{protobuf_codec.PROTO_ROOT}",
+                               "--decode=k8s.io.apimachinery.pkg.runtime.Unknown",
+                               "k8s.io/apimachinery/pkg/runtime/generated.proto"],
+                              input=answer[4:], capture_output=True, check=True).stdout.decode()
+    assert 'apiVersion: "v1"' in envelope and 'kind: "ConfigMap"' in envelope and "1e-4" in envelope
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        ask("/apis/ascendtrain.dev/v1alpha1/namespaces/proto/ascendtrainjobs")
+    assert refused.value.code == 406
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "drained", "namespace": "proto",
+                                                          "labels": {"drain": "me"}},
+           "spec": {"terminationGracePeriodSeconds": 2,
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "60"]}]}}
+    resources = cluster.client()
+    try:
+        resources.apply(pod)
+        pods, deadline = resources.resolve("pods"), time.monotonic() + 30
+        while not (resources.get(pods, "drained", "proto").get("spec") or {}).get("nodeName"):  # on the node
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        watch = subprocess.Popen(["kubectl", "get", "pod", "drained", "-n", "proto", "-w", "-o", "json"],
+                                 env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=subprocess.PIPE,
+                                 text=True)
+        drained = kubectl(cluster, "drain", "local", "--pod-selector=drain=me", "--force", "--timeout=20s", "-v=8")
+        watch.terminate()
+        seen = watch.communicate(timeout=10)[0]
+    finally:
+        kubectl(cluster, "uncordon", "local")
+        resources.close()
+    assert "/api/v1/namespaces/proto/pods/drained/eviction" in drained.stderr and "201 Created" in drained.stderr
+    assert "pod/drained evicted" in drained.stdout
+    assert '"reason": "EvictionByEvictionAPI"' in seen and '"type": "DisruptionTarget"' in seen
+    assert kubectl(cluster, "get", "pod", "drained", "-n", "proto", check=False).returncode != 0
 
 
 def test_apply_server_dry_run_validates_without_storing(cluster):

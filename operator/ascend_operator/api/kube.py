@@ -27,7 +27,27 @@ QUANTITY_MAX = 64
 POD_LIST_MAX = 256  # env, envFrom, tolerations, volumes, mounts, pull secrets
 ENV_NAME_MAX = 1024
 ENV_VALUE_MAX = 1 << 20  # a ConfigMap's own limit
-ObjectName = Annotated[str, Field(max_length=NAME_MAX)]
+# apimachinery's IsDNS1123Subdomain: what kube-apiserver requires of every name these fields refer to (service
+# accounts, priority classes, schedulers, Secrets, queues, our own kinds), so a wrong one fails at apply, not in
+# the pod.
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ObjectName = Annotated[str, Field(max_length=NAME_MAX, pattern=DNS1123_SUBDOMAIN)]
+# resource.Quantity's syntax as controller-gen writes it into CRDs, without the sign: requests, limits and
+# sizes are never negative (kube-apiserver refuses a negative one in the pod, after the job exists).
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
+                    r"|(\.[0-9]+))))?$")
+Quantity = Annotated[str, Field(max_length=QUANTITY_MAX, pattern=QUANTITY_PATTERN)]
+# An image reference as the container runtime parses it (distribution/reference's ReferenceRegexp: optional
+# registry host[:port]/, lower-case path components, optional :tag and @digest); the kubelet refuses anything else
+# with InvalidImageName after the pods exist, kube-apiserver only refuses surrounding whitespace.
+_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_DOMAIN = (r"(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
+           r"|\[[a-fA-F0-9:]+\])(:[0-9]+)?")
+IMAGE_PATTERN = (rf"^({_DOMAIN}/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                 r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+# kube-apiserver 1.32's environment variable names (RelaxedEnvironmentVariableValidation, on by default): printable
+# ASCII but '='.
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
 
 
 def passthrough_list() -> Any:
@@ -51,11 +71,11 @@ class EnvVar(KubeModel):
     model_config = KubeModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [
         VALUE_OR_VALUE_FROM_RULE]}}
 
-    name: Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX)]
-    """Variable name."""
+    name: Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX, pattern=ENV_NAME_PATTERN)]
+    """Variable name (printable ASCII but '=', as kube-apiserver 1.32 allows)."""
     value: Annotated[str, Field(max_length=ENV_VALUE_MAX)] = ""
     """Value."""
-    valueFrom: Annotated[dict[str, Any] | None, Passthrough] = None
+    valueFrom: Annotated[dict[str, Any] | None, Field(min_length=1, max_length=1), Passthrough] = None
     """secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef, as in a Pod spec. The kubelet resolves it:
     a Secret's value never passes through the operator, its status, events or ConfigMaps."""
 
@@ -73,23 +93,25 @@ class EnvVar(KubeModel):
 class ResourceList(KubeModel):
     """CPU and memory for the container (devices are requested from `devices`)."""
 
-    requests: dict[str, str] = {}
+    requests: dict[str, Quantity] = {}
     """Requests, e.g. {cpu: "16", memory: 256Gi}."""
-    limits: dict[str, str] = {}
+    limits: dict[str, Quantity] = {}
     """Limits."""
 
 
 class PodSettings(KubeModel):
     """How each pod is run: image, resources, scheduling and storage."""
 
-    image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX)]
+    image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)]
     """Container image with ascend-engine (see the Dockerfile's engine-* targets)."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Image pull policy."""
     imagePullSecrets: Annotated[list[ObjectName], Field(max_length=POD_LIST_MAX)] = []
     """Names of Secrets to pull the image with."""
-    env: Annotated[list[EnvVar], Field(max_length=POD_LIST_MAX,
-                                       json_schema_extra={"x-kubernetes-validations": [RESERVED_ENV_RULE]})] = []
+    env: Annotated[list[EnvVar], Field(max_length=POD_LIST_MAX, json_schema_extra={
+        "x-kubernetes-validations": [RESERVED_ENV_RULE],
+        # one entry per name: a second A would silently win over the first in the container
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})] = []
     """Extra environment variables (not torchrun's contract, which the operator sets)."""
     envFrom: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Variables from whole Secrets or ConfigMaps (secretRef / configMapRef, optional prefix), as in a Pod spec."""
@@ -112,7 +134,8 @@ class PodSettings(KubeModel):
     """Volumes, as in a Pod spec (PVCs for data and checkpoints)."""
     volumeMounts: Annotated[list[dict[str, Any]], passthrough_list()] = []
     """Mounts of those volumes in the container."""
-    shmSize: Annotated[str, Field(max_length=QUANTITY_MAX), not_null("none to keep the runtime's 64Mi")] = "16Gi"
+    shmSize: Annotated[str, Field(max_length=QUANTITY_MAX, pattern=f"^none$|{QUANTITY_PATTERN}"),
+                       not_null("none to keep the runtime's 64Mi")] = "16Gi"
     """Size of the memory-backed /dev/shm (data loader workers need it); `none` keeps the runtime's 64Mi."""
 
     def shm_size_limit(self) -> str | None:

@@ -27,6 +27,22 @@ WORLD_SIZE_RULE = {
     "fieldPath": ".nnodes",
     "reason": "FieldValueInvalid",
 }
+# TrainConfig.check_world_size's batch check, for the API server: without it a job was accepted and then failed
+# InvalidSpec when the operator parsed it. Vacuous when WORLD_SIZE_RULE already fails (no division by zero).
+_TP_PP = "(self.train.parallel.tensorModelParallelSize * self.train.parallel.pipelineModelParallelSize)"
+_DP = f"((self.nnodes * self.nprocPerNode) / {_TP_PP})"
+GLOBAL_BATCH_RULE = {
+    "rule": f"!has(self.train) || (self.nnodes * self.nprocPerNode) % {_TP_PP} != 0"
+            f" || self.train.training.globalBatchSize % (self.train.training.microBatchSize * {_DP}) == 0",
+    "message": "train.training.globalBatchSize must be a multiple of microBatchSize x data-parallel size (nnodes x "
+               "nprocPerNode / (tensorModelParallelSize x pipelineModelParallelSize))",
+    "messageExpression": "'train.training.globalBatchSize (' + string(self.train.training.globalBatchSize) + ') must be"
+                         " a multiple of microBatchSize x data-parallel size = ' + string(self.train.training."
+                         f"microBatchSize) + ' x ' + string({_DP}) + ' (nnodes x nprocPerNode / (tensorModelParallel"
+                         "Size x pipelineModelParallelSize))'",
+    "fieldPath": ".train.training.globalBatchSize",
+    "reason": "FieldValueInvalid",
+}
 EXPERT_RULES = [
     # TrainConfig's MoE check, for the API server: routed experts split evenly over EP ranks.
     {"rule": "!has(self.train) || (!has(self.train.model.numExperts) ? self.train.parallel.expertModelParallelSize"
@@ -91,7 +107,7 @@ class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
     model_config = PodSettings.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, *EXPERT_RULES, *PIPELINE_RULES,
+        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, GLOBAL_BATCH_RULE, *EXPERT_RULES, *PIPELINE_RULES,
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
                                                               *TRAINER_RULES, *ELASTIC_RULES]}}
 

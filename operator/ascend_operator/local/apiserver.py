@@ -33,13 +33,14 @@ from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
 from . import field_validation
-from . import core_schemas, dry_run, list_pages, openapi, persistence, tables
+from . import core_schemas, dry_run, list_pages, openapi, persistence, protobuf_codec, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
 from . import server_side_apply
 from .patches import PatchError, json_patch, merge_patch
-from .pod_validation import pod_spec_errors
+from .object_meta import metadata_errors
+from .pod_validation import pod_spec_errors, quantity_error
 from .pod_logs import serve_log
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
 
@@ -184,6 +185,9 @@ class LocalKubernetesApi(KubernetesEmulator):
             entries.append({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
                             "kind": rt.kind, "verbs": sorted(VERBS), "shortNames": list(rt.short_names),
                             "categories": list(rt.categories)})
+            if rt.key == ("", "v1", "pods"):  # kubectl drain looks here for the Eviction API
+                entries.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                                "version": "v1", "kind": "Eviction", "verbs": ["create"]})
             if rt.status_subresource:
                 entries.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
                                 "kind": rt.kind, "verbs": ["get", "patch", "update"]})
@@ -209,6 +213,30 @@ class LocalKubernetesApi(KubernetesEmulator):
             if len(raw.path) > 1 and raw.path.endswith("/"):
                 raw = raw.clone(rel_url=raw.rel_url.with_path(raw.path.rstrip("/")))
             return await super().__call__(raw)
+        if protobuf_codec.only_protobuf(raw.headers.get("Accept", "")) and target.subresource != "log":
+            if raw.query.get("watch") in ("true", "1"):
+                # Differs from a real API server: no protobuf watch stream (length-prefixed WatchEvents).
+                return ApiError(406, "NotAcceptable", "only the following media types are accepted: "
+                                                      "application/json, application/json;stream=watch").response()
+            return self._as_protobuf(await self._serve(raw, target))
+        return await self._serve(raw, target)
+
+    @staticmethod
+    def _as_protobuf(response: aiohttp.web.StreamResponse) -> aiohttp.web.StreamResponse:
+        """A JSON answer re-encoded for a client that accepts only protobuf; 406 where kube-apiserver has no
+        protobuf form either (custom resources, watches, tables)."""
+        body = json.loads(response.body) if isinstance(response, aiohttp.web.Response) and response.body else None
+        if not isinstance(body, dict) or not protobuf_codec.encodable(body.get("apiVersion", ""),
+                                                                        body.get("kind", "")):
+            return ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                                                  "application/yaml").response()
+        encoded = aiohttp.web.Response(body=protobuf_codec.encode(body), status=response.status,
+                                       content_type=protobuf_codec.MEDIA_TYPE)
+        for warning in response.headers.getall("Warning", []):
+            encoded.headers.add("Warning", warning)
+        return encoded
+
+    async def _serve(self, raw: aiohttp.web.BaseRequest, target: Target) -> aiohttp.web.StreamResponse:
         try:
             fields = field_validation.begin(raw.query if raw.method in ("POST", "PUT", "PATCH") else {})
             if "dryRun" in raw.query and raw.method.upper() in ("POST", "PUT", "PATCH", "DELETE"):
@@ -240,10 +268,16 @@ class LocalKubernetesApi(KubernetesEmulator):
         return rt
 
     @staticmethod
-    async def _body(raw: aiohttp.web.BaseRequest) -> Any:
-        if "protobuf" in raw.content_type:
-            # Differs from a real API server: JSON and YAML bodies only.
-            raise ApiError(415, "UnsupportedMediaType", "protobuf bodies are not supported; send JSON")
+    async def _body(raw: aiohttp.web.BaseRequest, rt: ResourceType | None = None) -> Any:
+        if raw.content_type == protobuf_codec.MEDIA_TYPE:
+            if rt is None or rt.crd_name is not None:  # custom resources have no protobuf form
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                                            "accepted media types include: application/json, "
+                                                            "application/yaml")
+            try:
+                return protobuf_codec.decode(await raw.read())
+            except protobuf_codec.ProtobufError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
         text = await raw.text()
         if not text.strip():
             return None
@@ -255,9 +289,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             except yaml.YAMLError as exc:
                 raise ApiError(400, "BadRequest", f"the request body is neither JSON nor YAML: {exc}") from None
 
-    async def _delete_options(self, raw: aiohttp.web.BaseRequest) -> dict[str, Any]:
+    async def _delete_options(self, raw: aiohttp.web.BaseRequest, rt: ResourceType) -> dict[str, Any]:
         """DeleteOptions from the body, with the query parameters clients may send instead."""
-        options = dict(await self._body(raw) or {})
+        options = dict(await self._body(raw, rt) or {})
+        options.pop("apiVersion", None), options.pop("kind", None)
         if "gracePeriodSeconds" in raw.query:
             options["gracePeriodSeconds"] = int(raw.query["gracePeriodSeconds"])
         if "propagationPolicy" in raw.query:
@@ -280,9 +315,9 @@ class LocalKubernetesApi(KubernetesEmulator):
                     return aiohttp.web.json_response(table)
                 return aiohttp.web.json_response(listed)
             if method == "POST":
-                return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw)), status=201)
+                return aiohttp.web.json_response(self._create(rt, ns, await self._body(raw, rt)), status=201)
             if method == "DELETE":
-                options = await self._delete_options(raw)
+                options = await self._delete_options(raw, rt)
                 return aiohttp.web.json_response(self._delete_collection(rt, ns, query, options))
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on a collection")
         if rt.namespaced and ns is None:
@@ -290,7 +325,9 @@ class LocalKubernetesApi(KubernetesEmulator):
         key = (rt.key, ns, target.name)
         sub = target.subresource
         if sub == "binding" and rt.plural == "pods" and method == "POST":
-            return aiohttp.web.json_response(self._bind(rt, key, await self._body(raw)), status=201)
+            return aiohttp.web.json_response(self._bind(rt, key, await self._body(raw, rt)), status=201)
+        if sub == "eviction" and rt.plural == "pods" and not rt.group and method == "POST":
+            return aiohttp.web.json_response(self._evict(rt, key, await self._body(raw, rt)), status=201)
         if sub == "log" and rt.plural == "pods" and not rt.group and method == "GET":
             return await self._pod_log(raw, rt, key)
         if sub not in (None, "status") or (sub == "status" and not rt.status_subresource):
@@ -305,14 +342,14 @@ class LocalKubernetesApi(KubernetesEmulator):
                                                               query.get("includeObject", "")))
             return aiohttp.web.json_response(self._get(rt, key))
         if method == "PUT":
-            return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw), sub))
+            return aiohttp.web.json_response(self._replace(rt, key, await self._body(raw, rt), sub))
         if method == "PATCH":
-            body = await self._body(raw)
+            body = await self._body(raw)  # patches are JSON or YAML, whatever the kind
             if raw.content_type == "application/apply-patch+yaml":
                 return aiohttp.web.json_response(self._server_side_apply(rt, key, body, query, sub))
             return aiohttp.web.json_response(self._patch(rt, key, body, raw.content_type, sub))
         if method == "DELETE":
-            return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw)))
+            return aiohttp.web.json_response(self._delete(rt, key, await self._delete_options(raw, rt)))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}")
 
     async def _pod_log(self, raw: aiohttp.web.BaseRequest, rt: ResourceType,
@@ -448,7 +485,10 @@ class LocalKubernetesApi(KubernetesEmulator):
             field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
             obj = checked.pruned(obj)
             errors += checked.errors
+        errors += metadata_errors(obj)
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
+            if problem := quantity_error(obj):
+                raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
             pruned: list[str] = []
@@ -665,6 +705,31 @@ class LocalKubernetesApi(KubernetesEmulator):
         new["metadata"]["resourceVersion"] = self._next_rv()
         self._store[key] = new
         self._emit(rt, "MODIFIED", new, current)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _evict(self, rt: ResourceType, key: ObjectKey, body: Any) -> dict[str, Any]:
+        """``pods/eviction`` (``kubectl drain``): the pod gets the ``DisruptionTarget`` condition that tells
+        controllers it was evicted, not failed, and is deleted with the Eviction's deleteOptions.
+
+        Differs from a real API server: there are no PodDisruptionBudgets to consult (the policy group serves
+        only this subresource), so an eviction is never refused with 429.
+        """
+        if not isinstance(body, dict) or body.get("kind") != "Eviction" or body.get("apiVersion") not in (
+                "policy/v1", "policy/v1beta1"):
+            raise ApiError(400, "BadRequest", "the body of pods/eviction must be a policy/v1 Eviction")
+        if (body.get("metadata") or {}).get("name") not in (None, key[2]):
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        current = self._get(rt, key)
+        if not current["metadata"].get("deletionTimestamp") and (current.get("status") or {}).get("phase") not in (
+                "Succeeded", "Failed"):
+            evicted = copy.deepcopy(current)
+            conditions = [c for c in (evicted.setdefault("status", {}).get("conditions") or [])
+                          if c.get("type") != "DisruptionTarget"]
+            conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                               "message": "Eviction API: evicting", "lastTransitionTime": now_rfc3339()})
+            evicted["status"]["conditions"] = conditions
+            self._update(rt, key, current, evicted, "status")
+        self._delete(rt, key, body.get("deleteOptions") or {})
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # -- CustomResourceDefinitions ---------------------------------------------------------------

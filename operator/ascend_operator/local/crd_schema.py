@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -76,12 +77,43 @@ def _to_jsonschema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _to_jsonschema(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if schema.get("x-kubernetes-list-type") in ("map", "set"):
+        out["listType"] = [schema["x-kubernetes-list-type"], schema.get("x-kubernetes-list-map-keys") or []]
     if schema.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     if schema.get("x-kubernetes-int-or-string") and "anyOf" not in out:
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     out.pop("nullable", None)
     return out
+
+
+def _go_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """``pattern`` as kube-apiserver matches it (Go's RE2): ``$`` is the end of the text, not "before a final
+    newline" as in Python, and ``\\w``, ``\\d``, ``\\s`` are ASCII."""
+    if isinstance(instance, str) and not re.search(re.sub(r"(?<!\\)\$", r"\\Z", pattern), instance, re.ASCII):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _list_type(validator: Any, list_type: list[Any], instance: Any, schema: Any) -> Any:
+    """``x-kubernetes-list-type: map | set``: no two items with the same keys (map) or the same value (set)."""
+    if not isinstance(instance, list):
+        return
+    kind, keys = list_type
+    seen: list[Any] = []
+    for index, item in enumerate(instance):
+        key = {k: item.get(k) for k in keys} if kind == "map" and isinstance(item, dict) else item
+        if key in seen:
+            if kind == "map":
+                shown = ", ".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in key.items())
+                words = f"map[string]interface {{}}{{{shown}}}"
+            else:
+                words = json.dumps(item)
+            yield jsonschema.ValidationError(f"Duplicate value: {words}", path=[index], validator="duplicate")
+        seen.append(key)
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": _go_pattern,
+                                                                       "listType": _list_type})
 
 
 class _Activation:
@@ -102,9 +134,9 @@ class CustomResourceSchema:
 
     def __init__(self, open_api_v3_schema: dict[str, Any]):
         self.schema = open_api_v3_schema or {}
-        self._validator = jsonschema.Draft4Validator(_to_jsonschema(self.schema))
+        self._validator = _Validator(_to_jsonschema(self.schema))
         # One validator per top-level property (spec, status): an update validates only the parts it changed.
-        self._parts = {key: jsonschema.Draft4Validator(_to_jsonschema(sub))
+        self._parts = {key: _Validator(_to_jsonschema(sub))
                        for key, sub in (self.schema.get("properties") or {}).items()}
         # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server).
         self._compile_all(self.schema)
@@ -217,6 +249,8 @@ class CustomResourceSchema:
             missing = [r for r in error.validator_value if not isinstance(value, dict) or r not in value]
             field = _field(path + missing[:1])
             return field, f"{field}: Required value"
+        if kind == "duplicate":
+            return field, f"{field}: {error.message}"
         if kind == "enum":
             allowed = ", ".join(_quoted(v) for v in error.validator_value)
             return field, f"{field}: Unsupported value: {_quoted(value)}: supported values: {allowed}"
@@ -228,7 +262,10 @@ class CustomResourceSchema:
             "minLength": "should be at least {} chars long", "maxLength": "may not be longer than {}",
             "minItems": "should have at least {} items", "maxItems": "must have at most {} items",
             "pattern": "should match '{}'",
+            "minProperties": "should have at least {} properties", "maxProperties": "should have at most {} properties",
         }
+        if kind in ("minProperties", "maxProperties") and isinstance(value, dict):
+            value = len(value)  # kube-apiserver shows the count
         if kind in words:
             text = words[kind]
             text = text.format(error.validator_value) if "{}" in text else f"{text} {error.validator_value}"
