@@ -144,12 +144,18 @@ class CustomResourceSchema:
 
     # -- shaping ----------------------------------------------------------------------------------
 
-    def prepare(self, obj: dict[str, Any], pruned: list[str] | None = None) -> dict[str, Any]:
+    def prepare(self, obj: dict[str, Any], pruned: list[str] | None = None,
+                stored: dict[str, Any] | None = None) -> dict[str, Any]:
         """Pruned and defaulted copy of ``obj`` (apiVersion, kind and metadata are kept at the root); the paths of
-        pruned unknown fields are appended to ``pruned`` (``spec.train.foo``, ``spec.volumes[0].bar``)."""
+        pruned unknown fields are appended to ``pruned`` (``spec.train.foo``, ``spec.volumes[0].bar``).
+
+        A top-level part that is the very object of ``stored`` (the stored object, already pruned and defaulted
+        by this schema: a status write carries the spec over) is kept as it is: shaping it again changes nothing."""
         kept = {k: obj[k] for k in _ROOT_KEPT if k in obj}
-        rest = self._shape({k: v for k, v in obj.items() if k not in _ROOT_KEPT}, self.schema, [], pruned)
-        return {**kept, **rest}
+        same = {k: v for k, v in obj.items() if k not in _ROOT_KEPT and stored is not None and stored.get(k) is v}
+        rest = self._shape({k: v for k, v in obj.items() if k not in _ROOT_KEPT and k not in same}, self.schema, [],
+                           pruned)
+        return {**kept, **rest, **same}
 
     def _shape(self, value: Any, schema: dict[str, Any], path: list[str | int] | None = None,
                pruned: list[str] | None = None) -> Any:
