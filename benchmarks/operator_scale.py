@@ -271,6 +271,8 @@ def jobs(n: int, nnodes: int = 2) -> None:
         op = Operator(Path(tmp))
         try:
             applied: dict[str, float] = {}
+            phase = Phase(op, f"{n} jobs")
+            server_cpu0 = time.process_time()  # this process: the API server, the 8 clients and the pod watch
 
             def apply(i: int) -> None:
                 name = f"job-{i:04d}"
@@ -299,12 +301,17 @@ def jobs(n: int, nnodes: int = 2) -> None:
                 time.sleep(1)
             latencies = sorted(all_pods[j] - applied[j] for j in all_pods)
             rss, peak = op.rss_mib()
+            cpu, server_cpu = op.cpu_s() - phase.cpu0, time.process_time() - server_cpu0
+            verbs = Counter(op.counting.verbs)
+            verbs.subtract(phase.verbs0)
             p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else float("nan")
             print(f"N={n:4d} jobs ({n * nnodes} pods): applied in {apply_s:.1f}s; "
                   f"apply -> all pods created p50 {statistics.median(latencies):.2f}s p95 {p95:.2f}s "
                   f"({len(latencies)}/{n} jobs); all reconciled after "
                   f"{(reconciled_at or float('nan')) - start:.1f}s; operator RSS {rss:.0f} MiB (peak {peak:.0f} MiB), "
-                  f"CPU {op.cpu_s():.1f} s", flush=True)
+                  f"CPU {cpu:.1f} s ({1000 * cpu / n:.1f} ms a job; API server and clients "
+                  f"{1000 * server_cpu / n:.1f} ms a job); operator requests a job "
+                  + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c), flush=True)
         finally:
             op.close()
 

@@ -1,4 +1,5 @@
-"""The operator's access to the Kubernetes API: the official client, plain dicts in and out.
+"""The operator's access to the Kubernetes API: the official client's connections and credentials, plain JSON
+dicts in and out.
 
 Loads in-cluster credentials in a pod and ``KUBECONFIG`` elsewhere (the local cluster writes one). Calls that
 meet a conflict (409), throttling (429) or a server error (5xx) are retried with exponential backoff; every
@@ -24,8 +25,15 @@ from .permissions import uses, uses_on_kinds
 from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
 _PLURALS = {k.kind: k.plural for k in KINDS}
+_CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
 # PodGroups of the gang schedulers (render/gang.py): apiVersion -> plural.
 _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
+
+MERGE_PATCH = "application/merge-patch+json"
+# How often the kubeconfig's credentials are checked for expiry. The client checks before every request, and
+# its check sets the whole configuration again (the proxy from the environment included): a third of the
+# operator's CPU under a burst of creates. Tokens are refreshed five minutes before they expire anyway.
+TOKEN_CHECK_S = 10.0
 
 T = TypeVar("T")
 LIST_CHUNK = 500  # items per list page (limit/continue), as kube's own informers page their lists
@@ -53,6 +61,23 @@ def _retrying(call: Callable[[], T], retry_conflict: bool = True) -> T:
     raise AssertionError("unreachable")
 
 
+def _check_token_at_most_every(period_s: float, configuration: Any) -> None:
+    """Run the configuration's credential hook at most once every ``period_s`` (the kubeconfig loader's hook
+    installs itself anew each time it runs, so the throttle wraps whichever hook is current)."""
+    last, lock = [-period_s], threading.Lock()
+    hook = [configuration.refresh_api_key_hook]
+
+    def throttled(conf: Any) -> None:
+        with lock:
+            if time.monotonic() - last[0] < period_s:
+                return
+            last[0] = time.monotonic()
+            hook[0](conf)
+            if conf.refresh_api_key_hook is not throttled:
+                hook[0], conf.refresh_api_key_hook = conf.refresh_api_key_hook, throttled
+    configuration.refresh_api_key_hook = throttled
+
+
 class Kube:
     def __init__(self) -> None:
         try:
@@ -67,23 +92,20 @@ class Kube:
         def with_timeout(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
             return request(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT_S, **kwargs)
         self.api.rest_client.request = with_timeout
+        if self.api.configuration.refresh_api_key_hook is not None:
+            _check_token_at_most_every(TOKEN_CHECK_S, self.api.configuration)
 
-    @cached_property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @cached_property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
+                content_type: str = "application/json") -> Any:
         """One request on the client's connection pool and credentials; the answer unread (a watch streams).
 
-        Bypasses the generated API methods: their argument validation is built on each method's first call
-        (seconds, on a loaded node) and, with their model classes, doubles the CPU of a pod create; a gang is
-        thousands of them. Errors raise ApiException as the generated methods do."""
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "User-Agent": self.api.user_agent}
+        Every call of the operator goes through here, not through the client's generated API methods: those
+        validate their arguments with pydantic (built on each method's first call: seconds, on a loaded node)
+        and, with their model classes, doubled the CPU of a pod create; a gang is thousands of them. Errors
+        raise ApiException as the generated methods do. Patches are JSON merge patches
+        (``application/merge-patch+json``): custom resources take no strategic merge, and on the maps the
+        operator patches (annotations, data, an Event's count) the two mean the same."""
+        headers = {"Content-Type": content_type, "Accept": "application/json", "User-Agent": self.api.user_agent}
         queries: list[tuple[str, Any]] = [(k, v) for k, v in (query or {}).items() if v is not None]
         self.api.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
         url = self.api.configuration.host + path + (f"?{urlencode(queries)}" if queries else "")
@@ -93,12 +115,21 @@ class Kube:
             raise ApiException(http_resp=response)
         return response
 
-    def _json(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> dict[str, Any]:
-        return json.loads(self.request(method, path, body, query).read())
+    def _json(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
+              content_type: str = "application/json") -> dict[str, Any]:
+        return json.loads(self.request(method, path, body, query, content_type).read())
 
-    def plain(self, obj: Any) -> dict[str, Any]:
-        """A client model as the API's own JSON (camelCase), so the operator's code reads like the API docs."""
-        return self.api.sanitize_for_serialization(obj)
+    def _merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._json("PATCH", path, patch, content_type=MERGE_PATCH)
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when there is none (404)."""
+        try:
+            return _retrying(lambda: self._json("GET", path))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
 
     @uses("", "pods", "create")
     @uses("", "services", "create")
@@ -107,31 +138,17 @@ class Kube:
     @uses("scheduling.x-k8s.io", "podgroups", "create")
     def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create if absent: the created object, or None when it already existed (reconciling twice creates
-        nothing twice). The answer is parsed as plain JSON: the client's model classes cost milliseconds a pod."""
-        if body["kind"] == "Pod":
-            # Strict: a field the API does not know (a misspelt toleration key) is refused, never silently dropped
-            # (the server's default, Warn, would drop it and the pod would tolerate what the user did not ask).
-            create = lambda: self._json("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,  # noqa: E731
-                                        {"fieldValidation": "Strict"})
-            try:
-                return _retrying(create, retry_conflict=False)
-            except ApiException as e:
-                if e.status == 409:
-                    return None
-                raise
-        creators = {
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-        }
-        if body["kind"] == "PodGroup":
-            group, version = body["apiVersion"].split("/")
-            plural = _POD_GROUPS[body["apiVersion"]]
-            create = lambda: self.custom.create_namespaced_custom_object(  # noqa: E731
-                group, version, namespace, plural, body, _preload_content=False)
+        nothing twice)."""
+        kind = body["kind"]
+        if kind == "PodGroup":
+            path = f"/apis/{body['apiVersion']}/namespaces/{quote(namespace)}/{_POD_GROUPS[body['apiVersion']]}"
         else:
-            create = lambda: creators[body["kind"]](namespace, body, _preload_content=False)  # noqa: E731
+            path = f"/api/v1/namespaces/{quote(namespace)}/{_CORE_PLURALS[kind]}"
+        # A pod is strict: a field the API does not know (a misspelt toleration key) is refused, never silently
+        # dropped (the server's default, Warn, would drop it and the pod would tolerate what the user did not ask).
+        query = {"fieldValidation": "Strict"} if kind == "Pod" else None
         try:
-            return json.loads(_retrying(create, retry_conflict=False).data)
+            return _retrying(lambda: self._json("POST", path, body, query), retry_conflict=False)
         except ApiException as e:
             if e.status == 409:
                 return None
@@ -141,23 +158,17 @@ class Kube:
     def update_config_map(self, namespace: str, body: dict[str, Any]) -> None:
         """Make the ConfigMap say what ``body`` says (a restart may resume from a different checkpoint)."""
         if not self.create(namespace, body):
-            _retrying(lambda: self.core.patch_namespaced_config_map(body["metadata"]["name"], namespace,
-                                                                    {"data": body["data"]}))
+            path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(body['metadata']['name'])}"
+            _retrying(lambda: self._merge_patch(path, {"data": body["data"]}))
 
     @uses("", "configmaps", "get")
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.plain(_retrying(lambda: self.core.read_namespaced_config_map(name, namespace)))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return self._get(f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}")
 
     @uses("", "configmaps", "list")
     def list_config_maps(self, labels: str) -> list[dict[str, Any]]:
         """ConfigMaps in every namespace that match a label selector."""
-        return self.plain(_retrying(lambda: self.core.list_config_map_for_all_namespaces(
-            label_selector=labels)))["items"]
+        return self._list_all("/api/v1/configmaps", {"labelSelector": labels})
 
     @uses("", "pods", "list")
     def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
@@ -202,29 +213,30 @@ class Kube:
                 raise
             return False
 
+    @staticmethod
+    def _custom_path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+        path = f"/apis/{API_GROUP}/{API_VERSION}"
+        if namespace is not None:
+            path += f"/namespaces/{quote(namespace)}"
+        path += f"/{_PLURALS[kind]}"
+        return path if name is None else f"{path}/{quote(name)}"
+
     @uses_on_kinds("", "get")
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _retrying(lambda: self.custom.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace,
-                                                                              _PLURALS[kind], name))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return self._get(self._custom_path(kind, namespace, name))
 
     @uses_on_kinds("", "list")
     def list_custom(self, kind: str) -> list[dict[str, Any]]:
         """All objects of one of our kinds in every namespace."""
-        return _retrying(lambda: self.custom.list_cluster_custom_object(API_GROUP, API_VERSION,
-                                                                        _PLURALS[kind]))["items"]
+        return self._list_all(self._custom_path(kind), {})
 
     @uses("", "pods", "patch")
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> bool:
         """Merge ``annotations`` into the pod's (asking its running containers for something through a
         downwardAPI file, as stall detection asks for stacks). False: the pod is gone."""
-        patch = {"metadata": {"annotations": annotations}}
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
         try:
-            _retrying(lambda: self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
+            _retrying(lambda: self._merge_patch(path, {"metadata": {"annotations": annotations}}))
             return True
         except ApiException as e:
             if e.status != 404:
@@ -234,33 +246,33 @@ class Kube:
     @uses_on_kinds("", "patch")
     def patch_custom(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of one of our objects (the spec: suspending a job queued in Kueue)."""
-        _retrying(lambda: self.custom.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace,
-                                                                     _PLURALS[kind], name, patch))
+        _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name), patch))
 
     @uses_on_kinds("", "delete")
     def delete_custom(self, kind: str, namespace: str, name: str) -> None:
         """Delete a job; its pods, Service and ConfigMap follow by owner references (background cascade)."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         try:
-            _retrying(lambda: self.custom.delete_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, propagation_policy="Background"))
+            _retrying(lambda: self._json("DELETE", self._custom_path(kind, namespace, name), body))
         except ApiException as e:
             if e.status != 404:
                 raise
 
     @uses_on_kinds("/status", "patch")
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        _retrying(lambda: self.custom.patch_namespaced_custom_object_status(
-            API_GROUP, API_VERSION, namespace, _PLURALS[kind], name, {"status": status}))
+        _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name) + "/status",
+                                            {"status": status}))
 
     @cached_property
     def _events(self) -> EventCorrelator:
         def create(body: dict[str, Any]) -> None:
-            _retrying(lambda: self.core.create_namespaced_event(body["metadata"]["namespace"], body,
-                                                                _preload_content=False))
+            _retrying(lambda: self._json("POST", f"/api/v1/namespaces/{quote(body['metadata']['namespace'])}/events",
+                                         body))
 
         def patch(namespace: str, name: str, change: dict[str, Any]) -> None:
             try:
-                _retrying(lambda: self.core.patch_namespaced_event(name, namespace, change, _preload_content=False))
+                _retrying(lambda: self._merge_patch(f"/api/v1/namespaces/{quote(namespace)}/events/{quote(name)}",
+                                                    change))
             except ApiException as e:
                 if e.status == 404:
                     raise LookupError(name) from e
@@ -288,7 +300,8 @@ class Kube:
         }
         try:
             if name:  # once only: no correlation, a second post is refused by the server
-                _retrying(lambda: self.core.create_namespaced_event(meta["namespace"], body), retry_conflict=False)
+                _retrying(lambda: self._json("POST", f"/api/v1/namespaces/{quote(meta['namespace'])}/events", body),
+                          retry_conflict=False)
             else:
                 self._events.record(body)
         except ApiException:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+from urllib.parse import quote
 
 # Exit code when a leader could not renew its Lease: the container restarts and stands by (controller-runtime
 # managers exit the same way, "leader election lost").
@@ -41,13 +42,9 @@ def _first_watch(namespaces: list[str]) -> None:
     from .api.group import API_GROUP, API_VERSION, TRAIN_JOB
     from .handlers.common import kube
 
-    custom = kube().custom
-    if namespaces:
-        response = custom.list_namespaced_custom_object(API_GROUP, API_VERSION, namespaces[0], TRAIN_JOB.plural,
-                                                        watch=True, timeout_seconds=1, _preload_content=False)
-    else:
-        response = custom.list_cluster_custom_object(API_GROUP, API_VERSION, TRAIN_JOB.plural, watch=True,
-                                                     timeout_seconds=1, _preload_content=False)
+    path = f"/apis/{API_GROUP}/{API_VERSION}"
+    path += f"/namespaces/{quote(namespaces[0])}/{TRAIN_JOB.plural}" if namespaces else f"/{TRAIN_JOB.plural}"
+    response = kube().request("GET", path, query={"watch": "true", "timeoutSeconds": 1}).response
     response.read()
     response.release_conn()
 
@@ -98,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
                 logging.getLogger(__name__).error("exiting: another replica may lead now")
                 os._exit(EXIT_LEADERSHIP_LOST)  # handlers must stop at once, not finish under two leaders
         threading.Thread(target=keep_leading, name="lease-renewal", daemon=True).start()
-
-    kube().core, kube().custom  # noqa: B018  the client's API modules load now, not inside the first reconciles
 
     def when_kopf_ready() -> None:
         kopf_ready.wait()

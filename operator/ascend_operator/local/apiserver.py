@@ -417,9 +417,11 @@ class LocalKubernetesApi(KubernetesEmulator):
             self._wake = asyncio.Event()
 
     def _check_kind(self, rt: ResourceType, body: Any) -> dict[str, Any]:
+        """``body`` as an object of ``rt``; the body is the caller's to give (parsed for this request): it is
+        changed in place, not copied (stored objects are never changed in place, so they share no state)."""
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", f"the body must be a {rt.kind} object")
-        obj = copy.deepcopy(body)
+        obj = body
         if obj.get("kind", rt.kind) != rt.kind or obj.get("apiVersion", rt.api_version) != rt.api_version:
             raise ApiError(400, "BadRequest", f"the body is a {obj.get('apiVersion')}/{obj.get('kind')}, "
                                               f"expected {rt.api_version}/{rt.kind}")
@@ -492,7 +494,7 @@ class LocalKubernetesApi(KubernetesEmulator):
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
             pruned: list[str] = []
-            obj = rt.schema.prepare(obj, pruned)
+            obj = rt.schema.prepare(obj, pruned, old)
             field_validation.report(rt.kind, rt.version, pruned)  # decoding comes before validation
             errors += rt.schema.errors(obj, old)
         if errors:
@@ -541,7 +543,7 @@ class LocalKubernetesApi(KubernetesEmulator):
             raise ApiError(400, "BadRequest", "PATCH, application/apply-patch+yaml requires fieldManager to be set")
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "an apply patch must be an object")
-        self._check_kind(rt, body)
+        self._check_kind(rt, copy.deepcopy(body))
         current = self._store.get(key)
         if current is None and sub is not None:
             raise not_found(rt, key[2])
@@ -566,8 +568,9 @@ class LocalKubernetesApi(KubernetesEmulator):
     def _update(self, rt: ResourceType, key: ObjectKey, current: dict[str, Any], new: dict[str, Any],
                 sub: str | None) -> dict[str, Any]:
         if sub == "status":
-            # The /status subresource changes only status.
-            merged = copy.deepcopy(current)
+            # The /status subresource changes only status. The rest is current's, shared with it (stored objects
+            # are replaced, never changed in place) but for the metadata written below.
+            merged = {**current, "metadata": copy.deepcopy(current["metadata"])}
             if new.get("status") is None:
                 merged.pop("status", None)
             else:

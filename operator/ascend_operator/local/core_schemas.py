@@ -9,6 +9,12 @@ missing required field or an unsupported enum value fails validation (422 Invali
 Unknown fields are dropped, with the request's ``fieldValidation`` deciding whether that is silent, a warning or
 an error, as for custom objects.
 
+Validity is decided first by ``jsonschema-rs`` (a compiled implementation of the same JSON Schema draft, held to
+the same test suite) over the same schemas: a valid object, the common case, costs microseconds instead of the
+milliseconds of a pure-Python walk, which was most of the emulated server's CPU while 500 jobs created their
+pods. Only an object it finds invalid is walked by ``jsonschema`` for the errors and their paths, so every answer
+is the one ``jsonschema`` gives.
+
 Differs from a real API server: the decoding message names the JSON path and the schema's type instead of Go's
 struct and type names; apimachinery's hand-written rules (names, tolerations, images, ports, volumes, env) are in
 ``pod_validation``, not here.
@@ -21,6 +27,7 @@ import json
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 import referencing
 from kubernetes_validate.utils import schema_contents
 
@@ -42,21 +49,39 @@ def version_info() -> dict[str, str]:
             "platform": "linux/amd64"}
 
 
+_DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"  # the $id the kinds' $refs resolve against
+
+
+def _definitions() -> dict[str, Any]:
+    return schema_contents(f"{_SCHEMA_DIR}/_definitions.json", KUBERNETES_VERSION)
+
+
 @functools.cache
 def _registry() -> referencing.Registry:
-    definitions = schema_contents(f"{_SCHEMA_DIR}/_definitions.json", KUBERNETES_VERSION)
-    return referencing.Resource.from_contents(definitions) @ referencing.Registry()
+    return referencing.Resource.from_contents(_definitions()) @ referencing.Registry()
+
+
+def _schema(group: str, version: str, kind: str) -> dict[str, Any] | None:
+    api_version = f"{group.split('.', 1)[0]}-{version}" if group else version
+    try:
+        return schema_contents(f"{_SCHEMA_DIR}/{kind.lower()}-{api_version}.json", KUBERNETES_VERSION)
+    except FileNotFoundError:
+        return None
 
 
 @functools.cache
 def _validator(group: str, version: str, kind: str) -> jsonschema.Draft202012Validator | None:
     """The validator of one built-in kind, built once; None when Kubernetes has no such kind in this version."""
-    api_version = f"{group.split('.', 1)[0]}-{version}" if group else version
-    try:
-        schema = schema_contents(f"{_SCHEMA_DIR}/{kind.lower()}-{api_version}.json", KUBERNETES_VERSION)
-    except FileNotFoundError:
-        return None
-    return jsonschema.Draft202012Validator(schema, registry=_registry())
+    schema = _schema(group, version, kind)
+    return None if schema is None else jsonschema.Draft202012Validator(schema, registry=_registry())
+
+
+@functools.cache
+def _quick_validator(group: str, version: str, kind: str) -> jsonschema_rs.Draft202012Validator:
+    """The compiled validator of a kind ``_validator`` has (formats are annotations in draft 2020-12, as there)."""
+    registry = jsonschema_rs.Registry([(_DEFINITIONS_URI, _definitions())])
+    return jsonschema_rs.Draft202012Validator(_schema(group, version, kind), registry=registry,
+                                              validate_formats=False)
 
 
 def _field(path: Any) -> str:
@@ -101,7 +126,7 @@ def check(group: str, version: str, kind: str, obj: dict[str, Any]) -> Checked:
     """Validation errors and unknown fields of a built-in object; raises DecodingError for a wrong JSON type."""
     checked = Checked()
     validator = _validator(group, version, kind)
-    if validator is None:
+    if validator is None or _quick_validator(group, version, kind).is_valid(obj):
         return checked
     for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
         path = list(error.absolute_path)
