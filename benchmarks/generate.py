@@ -53,8 +53,8 @@ def build_hf(args, model):
     config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=model.ffn_hidden_size,
                          num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
                          num_key_value_heads=args.hidden // 64,
-                         max_position_embeddings=longest(args) + args.new_tokens)
-    return LlamaForCausalLM(config, attn_implementation="sdpa").eval()
+                         max_position_embeddings=longest(args) + args.new_tokens, attn_implementation="sdpa")
+    return LlamaForCausalLM(config).eval()
 
 
 def main() -> None:

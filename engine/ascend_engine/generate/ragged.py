@@ -9,8 +9,6 @@ reference), which pipelines and the uncached path still take.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
 from ..models.cached_rotary import CachedRotarySelfAttention
@@ -28,24 +26,6 @@ def direct_path_fits(gpt) -> bool:
         return False
     attentions = [m for m in gpt.modules() if isinstance(m, Attention)]
     return bool(attentions) and all(isinstance(m, CachedRotarySelfAttention) for m in attentions)
-
-
-@contextmanager
-def _last_position_logits(gpt):
-    """While open, the output layer sees only the hidden state of each row's last position: a prompt's other
-    positions would cost prompt length x vocabulary products per row (at evaluation sizes as much as a third of
-    the prefill) for logits nobody reads. Not with sequence parallelism, whose output layer gathers the sequence
-    itself, nor with multi-token prediction, whose heads share the output layer."""
-    layer = gpt.output_layer
-    if getattr(layer, "sequence_parallel", False) or getattr(gpt.config, "mtp_num_layers", None):
-        yield
-        return
-    handle = layer.register_forward_pre_hook(lambda _m, args, kwargs: ((args[0][-1:], *args[1:]), kwargs),
-                                             with_kwargs=True)  # hidden states [s, b, h]
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _forward(gpt, ids: torch.Tensor, positions: torch.Tensor, mask, cache, vocab_size: int) -> torch.Tensor:
@@ -85,7 +65,7 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
     from .batched import Generated
 
-    with torch.inference_mode(), _last_position_logits(gpt), direct_linears(gpt):
+    with torch.inference_mode(), direct_linears(gpt):
         tokens, log_probs, response_len = _decode(gpt, prompts, **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
                      response_lengths=response_len.tolist())
