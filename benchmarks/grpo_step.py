@@ -105,7 +105,7 @@ def main() -> None:
         base = {"device": args.device,
                 "model": {"numLayers": args.num_layers, "hiddenSize": args.hidden_size, "numAttentionHeads": 4,
                           "vocabSize": args.vocab_size},
-                "optimizer": {"lrDecayStyle": "constant", "lr": 1e-5}, "observability": {"metricsPort": None}}
+                "optimizer": {"lrDecayStyle": "constant", "lr": 1e-5}, "observability": {"metricsPort": 0}}
         training = {"seqLength": seq, "trainIters": args.warmup + args.steps}
         sft = {**base, "data": {"dataPath": [str(root / "sft")], "isInstructionDataset": True},
                "training": {**training, "microBatchSize": rows, "globalBatchSize": rows}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..models.cached_rotary import CachedRotarySelfAttention
+from ..models.inference_linears import direct_linears
 
 
 def direct_path_fits(gpt) -> bool:
@@ -64,7 +65,7 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
     from .batched import Generated
 
-    with torch.inference_mode():
+    with torch.inference_mode(), direct_linears(gpt):
         tokens, log_probs, response_len = _decode(gpt, prompts, **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
                      response_lengths=response_len.tolist())

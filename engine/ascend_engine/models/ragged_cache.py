@@ -38,11 +38,15 @@ class RaggedKVCache(StaticInferenceContext):
         return (keys.unsqueeze(0) > positions.unsqueeze(1)).view(len(positions), 1, 1, self.kv_length)
 
     def memory(self, layer_number: int, key: torch.Tensor, value: torch.Tensor):
-        """This layer's (key, value) buffers [max_sequence_length, max_batch_size, groups, dim], made on first use."""
+        """This layer's (key, value) buffers, made on first use, seen as megatron-core's
+        [max_sequence_length, max_batch_size, groups, dim]. They are stored [batch, groups, sequence, dim], the
+        layout attention reads them in: SDPA's [b, heads, keys, dim] view of a decode step's keys is then dense
+        per row and head, instead of a strided gather of the whole cache at every step in every layer (same
+        numbers, a fraction of the time on CPU)."""
         if layer_number not in self.key_value_memory_dict:
             self.key_value_memory_dict[layer_number] = tuple(
-                torch.zeros(self.max_sequence_length, self.max_batch_size, *t.shape[2:], dtype=t.dtype,
-                            device=t.device) for t in (key, value))
+                torch.zeros(self.max_batch_size, t.shape[2], self.max_sequence_length, *t.shape[3:], dtype=t.dtype,
+                            device=t.device).permute(2, 0, 1, 3) for t in (key, value))
         return self.key_value_memory_dict[layer_number]
 
     def copy_rows(self, sources: torch.Tensor, targets: torch.Tensor, length: int) -> None:
