@@ -56,34 +56,53 @@ def by_length(items: list, length) -> list:
     return sorted(items, key=length, reverse=True)
 
 
+def shared_prefix(sequences: list[list[int]], cap: int) -> list[int]:
+    """The longest token prefix all ``sequences`` start with, at most ``cap`` tokens."""
+    first = sequences[0]
+    n = min(cap, *map(len, sequences))
+    for seq in sequences[1:]:
+        n = next((j for j in range(n) if seq[j] != first[j]), n)
+    return first[:n]
+
+
 def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], batch_size: int,
                   progress) -> list[tuple[int, list[float]]]:
     """(predicted option, option log-likelihoods) per question. Questions whose options are distinct single
-    tokens take one row (the next-token distribution after the context); others one row per option."""
+    tokens take one row (the next-token distribution after the context); others one row per option.
+
+    Where the model can reuse a prefix's keys and values (``model.shares_prefixes``), each subject's questions
+    are scored together after the tokens their contexts all start with (the task's instruction and few-shot
+    examples): that prefix is encoded once per subject and each row computes only its own tail."""
     encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
-    one_row = by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
-    for chunk in _batches(one_row, batch_size):
-        got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
-                                        [[c[0] for _, c in encoded[i]] for i in chunk])
-        for i, values in zip(chunk, got):
-            scores[i] = values
-        progress.update(len(chunk))
-    rows = by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
-                      lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
-    sums: dict[int, list[float]] = {}
-    left = {i: len(encoded[i]) for i, s in enumerate(single) if not s}
-    for chunk in _batches(rows, batch_size):
-        seqs = [encoded[i][k][0] + encoded[i][k][1] for i, k in chunk]
-        got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) for i, k in chunk])
-        for (i, k), value in zip(chunk, got):
-            sums.setdefault(i, [0.0] * len(encoded[i]))[k] = value
-            left[i] -= 1
-            if not left[i]:
-                progress.update(1)
-    for i, values in sums.items():
-        scores[i] = values
+    groups: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        groups.setdefault(q.subject if model.shares_prefixes else "", []).append(i)
+    for members in groups.values():
+        contexts = [ctx for i in members for ctx, _ in encoded[i]]
+        prefix = shared_prefix(contexts, min(map(len, contexts)) - 1) if model.shares_prefixes else []
+        p = len(prefix)
+        one_row = by_length([i for i in members if single[i]], lambda i: len(encoded[i][0][0]))
+        for chunk in _batches(one_row, batch_size):
+            got = model.next_token_logprobs([encoded[i][0][0][p:] for i in chunk],
+                                            [[c[0] for _, c in encoded[i]] for i in chunk], prefix)
+            for i, values in zip(chunk, got):
+                scores[i] = values
+            progress.update(len(chunk))
+        rows = by_length([(i, k) for i in members if not single[i] for k in range(len(encoded[i]))],
+                          lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
+        left = {i: len(encoded[i]) for i in members if not single[i]}
+        for chunk in _batches(rows, batch_size):
+            seqs = [(encoded[i][k][0] + encoded[i][k][1])[p:] for i, k in chunk]
+            got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) - p for i, k in chunk], prefix)
+            for (i, k), value in zip(chunk, got):
+                if scores[i] is None:
+                    scores[i] = [0.0] * len(encoded[i])
+                scores[i][k] = value
+                left[i] -= 1
+                if not left[i]:
+                    progress.update(1)
     return [(max(range(len(s)), key=s.__getitem__), s) for s in scores]
 
 
