@@ -66,6 +66,14 @@ def random_qwen3(tmp_path_factory):
                                        {"question": "Tokens?", "answer": "#### 2"}])
     write_jsonl(root / "humaneval.jsonl", [{"task_id": "t/0", "prompt": "def add(a, b):\n", "entry_point": "add",
                                             "test": "def check(f):\n    assert f(2, 3) == 5\n"}])
+    (root / "agieval").mkdir()
+    write_jsonl(root / "agieval" / "math.jsonl", [
+        {"passage": None, "question": "The quick brown fox has 3 dogs and 4 more. How many?", "options": None,
+         "label": None, "answer": "$7$"},
+        {"passage": None, "question": "Tokens?", "options": ["(A)2", "(B)3"], "label": "A", "answer": None}])
+    (root / "AGI_fewshot.json").write_text(json.dumps(
+        {"math": ["Problem 1.   Tokens?\nAnswer:2\n\nProblem 2.", "\nChoose from the following options:\n",
+                  "\nAnswer:"]}))
     assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
                  "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
     return root, tok, mmlu
@@ -115,10 +123,11 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
 @pytest.mark.engine
 @pytest.mark.parametrize("dp", [1, 2], ids=["dp1", "dp2"])
 def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, dp):
-    """GSM8K and HumanEval prompts: our greedy completion (KV-cached batch of prompts of different lengths) is
-    transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop sequences;
-    HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k question
-    each, the one humaneval question on the first) and the gathered predictions are the same."""
+    """GSM8K, HumanEval and AGIEval cloze prompts (AGIEval with a MindSpeed-LLM few-shot template file, its choice
+    question scored in the same task): our greedy completion (KV-cached batch of prompts of different lengths)
+    is transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop
+    sequences; HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k
+    question each, the one humaneval question on the first) and the gathered predictions are the same."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,15 +136,18 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, d
 
     root, tok, _ = random_qwen3
     out = root / f"gen_results_dp{dp}.json"
-    assert_ok(evaluate("--task", "gsm8k", "humaneval", "--task-data-path", str(root / "gsm8k.jsonl"),
-                       str(root / "humaneval.jsonl"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
+    assert_ok(evaluate("--task", "gsm8k", "humaneval", "agieval", "--task-data-path", str(root / "gsm8k.jsonl"),
+                       str(root / "humaneval.jsonl"), str(root / "agieval"), "--few-shot-template", "-", "-",
+                       str(root / "AGI_fewshot.json"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
                        str(tok), "--max-new-tokens", "6", "--results-path", str(out), nproc=dp))
     got = _predictions(out)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(tok)
-    questions = load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
-    assert len(got) == len(questions) == 3
-    for q, p in zip(questions, got):
+    questions = (load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
+                 + load_task("agieval", str(root / "agieval"), 0, str(root / "AGI_fewshot.json")))
+    assert len(got) == len(questions) == 5 and questions[3].prompt.startswith("Problem 1.   Tokens?")
+    assert got[4]["id"] == "math.jsonl:2" and len(got[4]["scores"]) == 2  # the choice question, by likelihood
+    for q, p in zip(questions[:4], got):
         ids = tokenizer(q.prompt, return_tensors="pt").input_ids
         with torch.no_grad():
             new = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,

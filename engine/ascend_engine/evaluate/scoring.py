@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .answers import bbh_extract, cut_at_stop, gsm8k_extract
-from .questions import ChoiceQuestion, OpenQuestion
+from .answers import agieval_cloze_extract, bbh_extract, cut_at_stop, gsm8k_extract
+from .questions import ChoiceQuestion, OpenQuestion, TaskDataError
 
 
 @dataclass
@@ -19,18 +19,30 @@ class Outcome:
 
 
 class Prompter:
-    """Renders a question through the chat template (``empty``: unchanged) and tokenizes it."""
+    """Renders a question through the chat template (``empty``: unchanged), or as a user turn through the
+    tokenizer's own chat template (``hf_chat_template``), and tokenizes it."""
 
-    def __init__(self, tokenizer, template):
-        self.tokenizer, self.template = tokenizer, template
-        self.plain = template.user == "{content}" and not template.prefix
+    def __init__(self, tokenizer, template, hf_chat_template: bool = False):
+        self.tokenizer, self.template, self.hf_chat_template = tokenizer, template, hf_chat_template
+        self.plain = template.user == "{content}" and not template.prefix and not hf_chat_template
+        if hf_chat_template and not getattr(tokenizer, "chat_template", None):
+            raise TaskDataError(f"hfChatTemplate: the tokenizer {tokenizer.name_or_path} has no chat template")
 
     def render(self, text: str) -> str:
         if self.plain:
             return text
+        if self.hf_chat_template:
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                      add_generation_prompt=True)
         bos, eos = self.tokenizer.bos_token or "", self.tokenizer.eos_token or ""
         head = self.template.prefix.replace("{bos}", bos).replace("{eos}", eos)
         return head + self.template.user.replace("{bos}", bos).replace("{eos}", eos).replace("{content}", text)
+
+    def encode(self, text: str, rendered: bool = False) -> list[int]:
+        """Token ids of ``text`` (rendered first unless it is). A chat template writes its own special tokens,
+        so the tokenizer adds none (as ``apply_chat_template(tokenize=True)``)."""
+        text = text if rendered else self.render(text)
+        return self.tokenizer(text, add_special_tokens=not self.hf_chat_template)["input_ids"]
 
     def encode_choice(self, context: str, option: str) -> tuple[list[int], list[int]]:
         """(context ids, option ids) such that their concatenation is how the tokenizer reads the whole text
@@ -38,8 +50,8 @@ class Prompter:
         context = self.render(context)
         if not self.plain:
             option = option.lstrip()
-        ctx = self.tokenizer(context)["input_ids"]
-        whole = self.tokenizer(context + option)["input_ids"]
+        ctx = self.encode(context, rendered=True)
+        whole = self.encode(context + option, rendered=True)
         if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
             return ctx, whole[len(ctx):]
         return ctx, self.tokenizer(option, add_special_tokens=False)["input_ids"]
@@ -117,7 +129,7 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
     its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
     generating once its text holds one); returned in the questions' order."""
     tok = prompter.tokenizer
-    prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in questions]
+    prompts = [prompter.encode(q.prompt) for q in questions]
     out: list[str] = [""] * len(questions)
     for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
 
@@ -131,7 +143,8 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
 
 
 def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[str], run_code) -> list[Outcome]:
-    """Each task's own check: GSM8K's number, BBH's exact target, HumanEval's tests in the sandbox."""
+    """Each task's own check: GSM8K's number, BBH's exact target, AGIEval's cloze answer, HumanEval's tests in
+    the sandbox."""
     outcomes = []
     for q, text in zip(questions, completions):
         if task == "gsm8k":
@@ -140,6 +153,9 @@ def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[st
         elif task == "bbh":
             got = bbh_extract(text)
             outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference.strip(), completion=text))
+        elif task == "agieval":
+            got = agieval_cloze_extract(text)
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference, completion=text))
         else:
             result = run_code(q, text)
             outcomes.append(Outcome(q.id, q.subject, result.reason, "passed", result.passed, completion=text))
