@@ -83,7 +83,7 @@ def report(title: str, rates: dict[str, list[float]], unit: str) -> None:
         print(f"  {key:<13} {spread(values)} {unit}")
     ratios = [o / t for o, t in zip(*rates.values())]
     print(f"  ours / transformers per round: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)  # a block shows before the next ends
 
 
 def interleave(variants: dict, rounds: int, amount: float) -> dict[str, list[float]]:
