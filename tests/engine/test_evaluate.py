@@ -85,8 +85,9 @@ def _predictions(path: Path) -> list[dict]:
 
 @pytest.mark.engine
 def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
-    """Straight from the HF directory (converted on the fly), with one few-shot example: every option's
-    log-likelihood equals the sum of transformers' log-probs over the same tokens to 1e-4."""
+    """Straight from the HF directory (converted on the fly), with one few-shot example (a subject's prefix
+    encoded once and reused across its batches of 3): every option's log-likelihood equals the sum of
+    transformers' log-probs over the same tokens to 1e-4; ``--max-eval-samples 7`` keeps MMLU's first 7."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,13 +99,13 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
     out = root / "hf_results.json"
     proc = evaluate("--task", "mmlu", "hellaswag", "--task-data-path", str(mmlu), str(root / "hellaswag.jsonl"),
                     "--load", str(root / "hf"), "--tokenizer-name-or-path", str(tok), "--shot", "1",
-                    "--evaluation-batch-size", "3", "--results-path", str(out))
+                    "--evaluation-batch-size", "3", "--max-eval-samples", "7", "--results-path", str(out))
     assert_ok(proc)
     assert "mmlu" in proc.stdout and "(all)" in proc.stdout
     got = _predictions(out)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     prompter = Prompter(AutoTokenizer.from_pretrained(tok), load_template("empty", None))
-    questions = load_task("mmlu", str(mmlu), 1) + load_task("hellaswag", str(root / "hellaswag.jsonl"), 1)
+    questions = load_task("mmlu", str(mmlu), 1)[:7] + load_task("hellaswag", str(root / "hellaswag.jsonl"), 1)
     assert [p["id"] for p in got] == [q.id for q in questions]
     worst = 0.0
     for q, p in zip(questions, got):
@@ -224,14 +225,9 @@ def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chan
                      "checkpoint": {"save": str(tmp_path / "ckpt")}}
     proc, steps = run_train(tmp_path, cfg, nproc=1, timeout=300)
     assert_ok(proc)
-    accuracy = {}
-    for name, path in (("seen", seen), ("held_out", held_out)):
-        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(path), "--load", str(tmp_path / "ckpt"),
-                           "--tokenizer-name-or-path", str(tok), "--results-path", str(tmp_path / f"{name}.json")))
-        accuracy[name] = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][0]["accuracy"]
-    assert accuracy["seen"] == 1.0, (accuracy, [s[2] for s in steps][-5:])
-    assert accuracy["held_out"] <= 0.5, accuracy
-    # the report lands next to the checkpoint when no path is given
-    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(seen), "--load", str(tmp_path / "ckpt"),
-                       "--tokenizer-name-or-path", str(tok), "--max-eval-samples", "2"))
-    assert json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"][0]["samples"] == 2
+    # both sets in one run (one task each); the report lands next to the checkpoint when no path is given
+    assert_ok(evaluate("--task", "mmlu", "mmlu", "--task-data-path", str(seen), str(held_out), "--load",
+                       str(tmp_path / "ckpt"), "--tokenizer-name-or-path", str(tok)))
+    seen_result, held_out_result = json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"]
+    assert seen_result["accuracy"] == 1.0, (seen_result, [s[2] for s in steps][-5:])
+    assert held_out_result["samples"] == 8 and held_out_result["accuracy"] <= 0.5, held_out_result
