@@ -2,25 +2,140 @@
 scoring (questions/s) or, with ``--generate N``, greedy generation of N new tokens per question (new tokens/s).
 
 A random Qwen3-shaped HF model is saved, converted to a Megatron checkpoint with our converter and loaded the way
-``ascend-engine evaluate`` loads it; each question is a random prompt of ``--prompt-tokens`` tokens (+-25%) whose
-four answer letters are scored from one forward pass, through ``score_choices`` (the evaluation's own batching).
-The peer is ``transformers`` at its best settings: sdpa attention, ``inference_mode``, batched with an attention
-mask (right padding for scoring, the last real position's log-softmax; left padding for ``generate``, with its KV
-cache). With ``--generate N`` each question is continued greedily by exactly N tokens (no end-of-sequence) through
-``generate_answers``; the first batch's tokens must agree with transformers'. Rounds interleave the variants so
-drift in machine load hits all alike; median and spread of the rates and of the per-round ratios are printed.
+``ascend-engine evaluate`` loads it. Choice scoring reads a real MMLU-layout set (``test/<subject>_test.csv``,
+``dev/<subject>_dev.csv``) of random words written for the run, through the evaluation's own task reader
+(``--shot`` examples from dev before each question, as MMLU is evaluated 5-shot), a word-level HF tokenizer and
+``score_choices`` (the evaluation's batching, and its reuse of a subject's shared prefix). Each question (with its
+four options and the answer cue) is ``--question-tokens`` tokens (+-25%), and so is each few-shot example.
+The peer is ``transformers`` at its best settings without prefix caching (its normal evaluation path): sdpa
+attention, ``inference_mode``, prompts sorted by length and batched, left-padded with an attention mask and
+position ids, logits only for the last position (``logits_to_keep=1``). Its log-likelihoods are checked equal to
+ours (1e-4) before timing. ``--shots 5 0`` runs a few-shot and a zero-shot block in one invocation.
 
-    python benchmarks/evaluate.py [--device cpu|cuda] [--questions 256 --prompt-tokens 200 --batch 16 --rounds 3]
+With ``--generate N`` each random prompt of ``--prompt-tokens`` is continued greedily by exactly N tokens (no
+end-of-sequence) through ``generate_answers``'s model call; the first batch's tokens must agree with
+transformers' (left padding, KV cache). ``--whole-process`` times whole processes instead: ``ascend-engine
+evaluate`` on the Megatron checkpoint against a transformers script that loads the HF directory and scores the
+same prompts (start-up, loading and reading counted on both sides).
+
+Rounds interleave the variants so drift in machine load hits all alike; median and spread of the rates and of
+the per-round ratios are printed.
+
+    python benchmarks/evaluate.py [--device cpu|cuda] [--questions 256 --question-tokens 40 --shots 5 0 --batch 16]
+    python benchmarks/evaluate.py --whole-process --questions 256 --shots 5
     python benchmarks/evaluate.py --generate 128 --questions 16 --prompt-tokens 200 --batch 16
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+SUBJECT_WORDS = "The following are multiple choice questions ( with answers ) about . Answer : A B C D".split()
+
+
+def write_tokenizer(directory: Path, words: int) -> None:
+    """A word-level HF tokenizer: ``w0 .. w{words-1}``, the prompt's own words and punctuation, one token each."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "<eos>", *dict.fromkeys(SUBJECT_WORDS),
+                                         *(f"w{n}" for n in range(words))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(directory)
+
+
+def write_mmlu(root: Path, questions: int, subjects: int, shots: int, tokens: int, words: int) -> Path:
+    """MMLU's layout with random-word questions of ``tokens`` (+-25%) tokens each, question and options and cue."""
+    import random
+
+    rng = random.Random(1)
+
+    def row():
+        n = rng.randint(int(tokens * 0.75), int(tokens * 1.25))
+        options = [" ".join(f"w{rng.randrange(words)}" for _ in range(3)) for _ in range(4)]
+        question = " ".join(f"w{rng.randrange(words)}" for _ in range(max(4, n - 22)))  # options + cue: 22
+        return [question, *options, "ABCD"[rng.randrange(4)]]
+
+    for split, count in (("test", questions // subjects), ("dev", max(shots, 1))):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        for k in range(subjects):
+            with open(root / split / f"subject{k}_{split}.csv", "w", newline="") as f:
+                csv.writer(f).writerows(row() for _ in range(count))
+    return root / "test"
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):9.2f}  (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def report(title: str, rates: dict[str, list[float]], unit: str) -> None:
+    print(title)
+    for key, values in rates.items():
+        print(f"  {key:<13} {spread(values)} {unit}")
+    ratios = [o / t for o, t in zip(*rates.values())]
+    print(f"  ours / transformers per round: median {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)  # a block shows before the next ends
+
+
+def interleave(variants: dict, rounds: int, amount: float) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for key, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            rates[key].append(amount / (time.perf_counter() - start))
+    return rates
+
+
+PEER_SCRIPT = r"""
+import sys, time, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+sys.path.insert(0, sys.argv[5])
+from evaluate import peer_scores
+from ascend_engine.evaluate.tasks import load_task
+torch.set_num_threads(int(sys.argv[4]) or torch.get_num_threads())
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+hf = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa").eval()
+questions = load_task("mmlu", sys.argv[2], int(sys.argv[3]))
+rows = [tok(q.context)["input_ids"] for q in questions]
+letters = [tok(questions[0].context + o)["input_ids"][-1] for o in questions[0].options]
+scores = peer_scores(hf, rows, letters, 16, torch.device("cpu"))
+right = sum(max(range(4), key=s.__getitem__) == q.gold for s, q in zip(scores, questions))
+print(f"accuracy {right / len(questions):.4f}")
+"""
+
+
+def peer_scores(hf, rows: list[list[int]], letters: list[int], b: int, device) -> list[list[float]]:
+    """transformers' best scoring: rows sorted by length, left-padded batches with an attention mask and position
+    ids, logits of the last position only; each row's log-probs of ``letters``, in the rows' order."""
+    import torch
+
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
+    out: list = [None] * len(rows)
+    with torch.inference_mode():
+        for i in range(0, len(order), b):
+            chunk = order[i: i + b]
+            width = max(len(rows[j]) for j in chunk)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            for k, j in enumerate(chunk):
+                ids[k, width - len(rows[j]):], mask[k, width - len(rows[j]):] = torch.tensor(rows[j]), 1
+            ids, mask = ids.to(device), mask.to(device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = hf(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+            got = torch.log_softmax(logits[:, -1].float(), -1)[:, letters].tolist()
+            for j, values in zip(chunk, got):
+                out[j] = values
+    return out
 
 
 def main() -> None:
@@ -30,58 +145,131 @@ def main() -> None:
     ap.add_argument("--num-layers", type=int, default=8)
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--questions", type=int, default=256)
-    ap.add_argument("--prompt-tokens", type=int, default=200, help="mean prompt length (+-25%%)")
+    ap.add_argument("--subjects", type=int, default=4, help="choice scoring: subjects the questions are split into")
+    ap.add_argument("--question-tokens", type=int, default=40, help="choice scoring: mean tokens of a question "
+                    "with its options, and of each few-shot example (+-25%%)")
+    ap.add_argument("--shots", type=int, nargs="+", default=[5, 0], help="choice scoring: one block per value")
+    ap.add_argument("--prompt-tokens", type=int, default=200, help="generation: mean prompt length (+-25%%)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads for both (0: torch's default)")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="benchmark generation of N new tokens")
+    ap.add_argument("--whole-process", action="store_true", help="time whole processes (start-up counted)")
     args = ap.parse_args()
     for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
         os.environ.pop(k, None)
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from ascend_engine.cli import main as engine
     from ascend_engine.device import select_backend
     from ascend_engine.evaluate.model import InferenceModel
-    from ascend_engine.evaluate.scoring import by_length
+    from ascend_engine.evaluate.scoring import Prompter, by_length, score_choices
+    from ascend_engine.evaluate.tasks import load_task
     from ascend_engine.generate.loading import load_model, read_args
     from ascend_engine.parallel import destroy_parallel, init_parallel
+    from ascend_engine.prep.templates import load_template
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    work = tempfile.mkdtemp(prefix="bench-eval-")
+    work = Path(tempfile.mkdtemp(prefix="bench-eval-"))
     config = AutoConfig.for_model("qwen3", vocab_size=args.vocab_size, hidden_size=args.hidden_size,
                                   intermediate_size=args.hidden_size * 3, num_hidden_layers=args.num_layers,
                                   num_attention_heads=8, num_key_value_heads=4, head_dim=args.hidden_size // 8,
                                   max_position_embeddings=4096, tie_word_embeddings=False)
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
-    hf.save_pretrained(f"{work}/hf")
-    assert engine(["convert", "--load-dir", f"{work}/hf", "--save-dir", f"{work}/mg"]) == 0
+    hf.save_pretrained(work / "hf")
+    words = args.vocab_size - 100
+    write_tokenizer(work / "hf", words)
+    assert engine(["convert", "--load-dir", str(work / "hf"), "--save-dir", str(work / "mg")]) == 0
+    machine = (f"hidden {args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, fp32, device "
+               f"{args.device}, batch {args.batch}, {args.threads or torch.get_num_threads()} threads, "
+               f"{args.rounds} interleaved rounds")
+    if args.whole_process:
+        whole_process(args, work, words, machine)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     backend = select_backend(args.device)
     backend.apply()
     info = init_parallel(backend, 1, 1, seed=0)
-    iteration, ckpt_args = read_args(f"{work}/mg")
-    model_cfg, gpt, max_len = load_model(f"{work}/mg", iteration, ckpt_args, 0, 0, backend.torch_device)
+    iteration, ckpt_args = read_args(str(work / "mg"))
+    model_cfg, gpt, max_len = load_model(str(work / "mg"), iteration, ckpt_args, 0, 0, backend.torch_device)
     ours = InferenceModel(gpt, model_cfg.vocabSize, max_len, info, backend.torch_device)
     hf.to(backend.torch_device)
     device = backend.torch_device
+    b = args.batch
+
+    class Quiet:
+        def update(self, n):
+            pass
+
+    if not args.generate:
+        tokenizer = AutoTokenizer.from_pretrained(work / "hf")
+        prompter = Prompter(tokenizer, load_template("empty", None))
+        for shot in args.shots:
+            data = write_mmlu(work / f"mmlu{shot}", args.questions, args.subjects, shot, args.question_tokens,
+                              words)
+            questions = load_task("mmlu", str(data), shot)
+            rows = [prompter.encode_choice(q.context, q.options[0])[0] for q in questions]
+            letters = [prompter.encode_choice(questions[0].context, o)[1][0] for o in questions[0].options]
+
+            def score_ours(questions=questions):
+                ours._prefix = None  # every round encodes its prefixes anew
+                return [s for _, s in score_choices(ours, prompter, questions, b, Quiet())]
+
+            def score_hf(rows=rows):
+                return peer_scores(hf, rows, letters, b, device)
+
+            worst = max(abs(x - y) for a, c in zip(score_ours(), score_hf()) for x, y in zip(a, c))
+            assert worst <= 1e-4, f"our option log-likelihoods differ from transformers' by {worst}"
+            rates = interleave({"ours": score_ours, "transformers": score_hf}, args.rounds, len(questions))
+            mean = statistics.mean(map(len, rows))
+            report(f"{len(questions)} questions in {args.subjects} subjects, {shot}-shot, prompts of {mean:.0f} "
+                   f"tokens on average (questions and examples ~{args.question_tokens} tokens +-25%), choice "
+                   f"scoring; {machine}; log-likelihoods equal to {worst:.1e}; load average "
+                   f"{os.getloadavg()[0]:.1f}", rates, "questions/s")
+    else:
+        generate_side_by_side(args, ours, hf, device, by_length)
+    destroy_parallel()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def whole_process(args, work: Path, words: int, machine: str) -> None:
+    """``ascend-engine evaluate`` (one process, Megatron checkpoint) against a transformers script (one process,
+    HF directory) on the same MMLU files; seconds from launch to exit, start-up included."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or os.cpu_count())}
+    here = str(Path(__file__).resolve().parent)
+    for shot in args.shots:
+        data = write_mmlu(work / f"mmlu{shot}", args.questions, args.subjects, shot, args.question_tokens, words)
+        ours = [sys.executable, "-m", "ascend_engine.cli", "evaluate", "--device", args.device, "--task", "mmlu",
+                "--task-data-path", str(data), "--load", str(work / "mg"), "--tokenizer-name-or-path",
+                str(work / "hf"), "--shot", str(shot), "--evaluation-batch-size", str(args.batch),
+                "--results-path", str(work / "results.json")]
+        peer = [sys.executable, "-c", PEER_SCRIPT, str(work / "hf"), str(data), str(shot), str(args.threads), here]
+
+        def run(cmd):
+            def go():
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                assert proc.returncode == 0, proc.stderr[-3000:]
+            return go
+
+        rates = interleave({"ours": run(ours), "transformers": run(peer)}, args.rounds, args.questions)
+        report(f"whole process, {args.questions} questions in {args.subjects} subjects, {shot}-shot, questions "
+               f"~{args.question_tokens} tokens; {machine}; load average {os.getloadavg()[0]:.1f}", rates,
+               "questions/s")
+
+
+def generate_side_by_side(args, ours, hf, device, by_length) -> None:
+    """Greedy generation of ``args.generate`` tokens for random prompts, ours against transformers' ``generate``."""
+    import torch
 
     gen = torch.Generator().manual_seed(1)
     lengths = torch.randint(int(args.prompt_tokens * 0.75), int(args.prompt_tokens * 1.25) + 1, (args.questions,),
                             generator=gen)
     rows = [torch.randint(20, args.vocab_size, (int(n),), generator=gen).tolist() for n in lengths]
-    letters = [10, 11, 12, 13]
     b = args.batch
-
-    def score_ours(questions=None):
-        questions = questions or rows
-        order = by_length(list(range(len(questions))), lambda i: len(questions[i]))  # what score_choices does
-        for i in range(0, len(order), b):
-            chunk = order[i: i + b]
-            ours.next_token_logprobs([questions[j] for j in chunk], [letters] * len(chunk))
 
     def padded(chunk, left: bool):
         width = max(len(r) for r in chunk)
@@ -91,16 +279,6 @@ def main() -> None:
             span = slice(width - len(r), width) if left else slice(0, len(r))
             ids[j, span], mask[j, span] = torch.tensor(r), 1
         return ids.to(device), mask.to(device)
-
-    def score_hf(questions=None):
-        questions = questions or rows
-        with torch.inference_mode():
-            for i in range(0, len(questions), b):
-                chunk = questions[i: i + b]
-                ids, mask = padded(chunk, left=False)
-                logits = hf(input_ids=ids, attention_mask=mask).logits
-                for j, r in enumerate(chunk):
-                    torch.log_softmax(logits[j, len(r) - 1].float(), -1)[letters].tolist()
 
     def generate_ours(questions=None):
         questions = questions or rows
@@ -123,35 +301,17 @@ def main() -> None:
                 out += new[:, ids.shape[1]:].tolist()
         return out
 
-    if args.generate:
-        hf.generation_config.eos_token_id = None
-        first = rows[:b]
-        assert generate_ours(first) == generate_hf(first), "our greedy tokens differ from transformers'"
-        variants = {"ours": generate_ours, "transformers": generate_hf}
-        unit, amount = "new tokens/s", len(rows) * args.generate
-    else:
-        variants = {"ours": score_ours, "transformers": score_hf}
-        unit, amount = "questions/s", len(rows)
-    for fn in variants.values():  # warm-up: one batch each
-        fn(rows[:b])
-    rates: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(args.rounds):
-        for key, fn in variants.items():
-            start = time.perf_counter()
-            fn()
-            rates[key].append(amount / (time.perf_counter() - start))
-    destroy_parallel()
-    shutil.rmtree(work, ignore_errors=True)
-    print(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens (+-25%), batch {b}, hidden "
-          f"{args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, fp32, device {args.device}, "
-          f"{torch.get_num_threads()} threads, {args.rounds} interleaved rounds"
-          + (f", {args.generate} new tokens each (greedy)" if args.generate else " (choice scoring)")
-          + f"; load average {os.getloadavg()[0]:.1f}")
-    for key, values in rates.items():
-        print(f"{key:<13} {statistics.median(values):9.2f} {unit}  (min {min(values):.2f}, max {max(values):.2f})")
-    ratios = [o / t for o, t in zip(rates["ours"], rates["transformers"])]
-    print(f"ours / transformers per round: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    hf.generation_config.eos_token_id = None
+    first = rows[:b]
+    assert generate_ours(first) == generate_hf(first), "our greedy tokens differ from transformers'"
+    for fn in (generate_ours, generate_hf):  # warm-up: one batch each
+        fn(first)
+    rates = interleave({"ours": generate_ours, "transformers": generate_hf}, args.rounds,
+                       len(rows) * args.generate)
+    report(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens (+-25%), {args.generate} new tokens "
+           f"each (greedy), batch {b}, hidden {args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, "
+           f"fp32, device {args.device}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds; load "
+           f"average {os.getloadavg()[0]:.1f}", rates, "new tokens/s")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,14 @@ def random_qwen3(tmp_path_factory):
                                        {"question": "Tokens?", "answer": "#### 2"}])
     write_jsonl(root / "humaneval.jsonl", [{"task_id": "t/0", "prompt": "def add(a, b):\n", "entry_point": "add",
                                             "test": "def check(f):\n    assert f(2, 3) == 5\n"}])
+    (root / "agieval").mkdir()
+    write_jsonl(root / "agieval" / "math.jsonl", [
+        {"passage": None, "question": "The quick brown fox has 3 dogs and 4 more. How many?", "options": None,
+         "label": None, "answer": "$7$"},
+        {"passage": None, "question": "Tokens?", "options": ["(A)2", "(B)3"], "label": "A", "answer": None}])
+    (root / "AGI_fewshot.json").write_text(json.dumps(
+        {"math": ["Problem 1.   Tokens?\nAnswer:2\n\nProblem 2.", "\nChoose from the following options:\n",
+                  "\nAnswer:"]}))
     assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
                  "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
     return root, tok, mmlu
@@ -77,8 +85,9 @@ def _predictions(path: Path) -> list[dict]:
 
 @pytest.mark.engine
 def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
-    """Straight from the HF directory (converted on the fly), with one few-shot example: every option's
-    log-likelihood equals the sum of transformers' log-probs over the same tokens to 1e-4."""
+    """Straight from the HF directory (converted on the fly), with one few-shot example (a subject's prefix
+    encoded once and reused across its batches of 3): every option's log-likelihood equals the sum of
+    transformers' log-probs over the same tokens to 1e-4; ``--max-eval-samples 7`` keeps MMLU's first 7."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,13 +99,13 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
     out = root / "hf_results.json"
     proc = evaluate("--task", "mmlu", "hellaswag", "--task-data-path", str(mmlu), str(root / "hellaswag.jsonl"),
                     "--load", str(root / "hf"), "--tokenizer-name-or-path", str(tok), "--shot", "1",
-                    "--evaluation-batch-size", "3", "--results-path", str(out))
+                    "--evaluation-batch-size", "3", "--max-eval-samples", "7", "--results-path", str(out))
     assert_ok(proc)
     assert "mmlu" in proc.stdout and "(all)" in proc.stdout
     got = _predictions(out)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     prompter = Prompter(AutoTokenizer.from_pretrained(tok), load_template("empty", None))
-    questions = load_task("mmlu", str(mmlu), 1) + load_task("hellaswag", str(root / "hellaswag.jsonl"), 1)
+    questions = load_task("mmlu", str(mmlu), 1)[:7] + load_task("hellaswag", str(root / "hellaswag.jsonl"), 1)
     assert [p["id"] for p in got] == [q.id for q in questions]
     worst = 0.0
     for q, p in zip(questions, got):
@@ -115,10 +124,11 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
 @pytest.mark.engine
 @pytest.mark.parametrize("dp", [1, 2], ids=["dp1", "dp2"])
 def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, dp):
-    """GSM8K and HumanEval prompts: our greedy completion (KV-cached batch of prompts of different lengths) is
-    transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop sequences;
-    HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k question
-    each, the one humaneval question on the first) and the gathered predictions are the same."""
+    """GSM8K, HumanEval and AGIEval cloze prompts (AGIEval with a MindSpeed-LLM few-shot template file, its choice
+    question scored in the same task): our greedy completion (KV-cached batch of prompts of different lengths)
+    is transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop
+    sequences; HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k
+    question each, the one humaneval question on the first) and the gathered predictions are the same."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,15 +137,18 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, d
 
     root, tok, _ = random_qwen3
     out = root / f"gen_results_dp{dp}.json"
-    assert_ok(evaluate("--task", "gsm8k", "humaneval", "--task-data-path", str(root / "gsm8k.jsonl"),
-                       str(root / "humaneval.jsonl"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
+    assert_ok(evaluate("--task", "gsm8k", "humaneval", "agieval", "--task-data-path", str(root / "gsm8k.jsonl"),
+                       str(root / "humaneval.jsonl"), str(root / "agieval"), "--few-shot-template", "-", "-",
+                       str(root / "AGI_fewshot.json"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
                        str(tok), "--max-new-tokens", "6", "--results-path", str(out), nproc=dp))
     got = _predictions(out)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(tok)
-    questions = load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
-    assert len(got) == len(questions) == 3
-    for q, p in zip(questions, got):
+    questions = (load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
+                 + load_task("agieval", str(root / "agieval"), 0, str(root / "AGI_fewshot.json")))
+    assert len(got) == len(questions) == 5 and questions[3].prompt.startswith("Problem 1.   Tokens?")
+    assert got[4]["id"] == "math.jsonl:2" and len(got[4]["scores"]) == 2  # the choice question, by likelihood
+    for q, p in zip(questions[:4], got):
         ids = tokenizer(q.prompt, return_tensors="pt").input_ids
         with torch.no_grad():
             new = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,
@@ -212,14 +225,9 @@ def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chan
                      "checkpoint": {"save": str(tmp_path / "ckpt")}}
     proc, steps = run_train(tmp_path, cfg, nproc=1, timeout=300)
     assert_ok(proc)
-    accuracy = {}
-    for name, path in (("seen", seen), ("held_out", held_out)):
-        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(path), "--load", str(tmp_path / "ckpt"),
-                           "--tokenizer-name-or-path", str(tok), "--results-path", str(tmp_path / f"{name}.json")))
-        accuracy[name] = json.loads((tmp_path / f"{name}.json").read_text())["tasks"][0]["accuracy"]
-    assert accuracy["seen"] == 1.0, (accuracy, [s[2] for s in steps][-5:])
-    assert accuracy["held_out"] <= 0.5, accuracy
-    # the report lands next to the checkpoint when no path is given
-    assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(seen), "--load", str(tmp_path / "ckpt"),
-                       "--tokenizer-name-or-path", str(tok), "--max-eval-samples", "2"))
-    assert json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"][0]["samples"] == 2
+    # both sets in one run (one task each); the report lands next to the checkpoint when no path is given
+    assert_ok(evaluate("--task", "mmlu", "mmlu", "--task-data-path", str(seen), str(held_out), "--load",
+                       str(tmp_path / "ckpt"), "--tokenizer-name-or-path", str(tok)))
+    seen_result, held_out_result = json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"]
+    assert seen_result["accuracy"] == 1.0, (seen_result, [s[2] for s in steps][-5:])
+    assert held_out_result["samples"] == 8 and held_out_result["accuracy"] <= 0.5, held_out_result

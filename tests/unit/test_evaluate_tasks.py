@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ascend_engine.evaluate.answers import bbh_extract, cut_at_stop, gsm8k_extract, gsm8k_reference
+from ascend_engine.evaluate.answers import (agieval_cloze_extract, bbh_extract, cut_at_stop, gsm8k_extract,
+                                           gsm8k_reference)
 from ascend_engine.evaluate.questions import TaskDataError
 from ascend_engine.evaluate.tasks import load_task
 
@@ -75,8 +76,10 @@ def test_jsonl_choice_tasks(tmp_path):
     (tmp_path / "agi" / "lsat-ar.jsonl").write_text(
         json.dumps({"passage": None, "question": "Q", "options": ["(A)x", "(B)y"], "label": "B"}) + "\n" +
         json.dumps({"passage": None, "question": "cloze", "options": None, "label": None, "answer": "3"}) + "\n")
-    [q] = load_task("agieval", str(tmp_path / "agi"), 0)
+    q, cloze = load_task("agieval", str(tmp_path / "agi"), 0)
     assert q.subject == "lsat-ar" and q.context == "Q\n(A)x\n(B)y\nAnswer:" and q.gold == 1
+    assert cloze.prompt == "cloze\nAnswer:" and cloze.reference == "3"  # cloze: answered by generation
+    assert agieval_cloze_extract("\n $\\frac{1}{2}$ \nProblem 2.") == "\\frac{1}{2}"
 
 
 def test_gsm8k_answer_extraction():
@@ -113,3 +116,65 @@ def test_config_needs_one_data_path_per_task():
 
     with pytest.raises(ValidationError, match="taskDataPath has 1 entries for 2 tasks"):
         EvaluateConfig(task=["mmlu", "gsm8k"], taskDataPath=["x"], load="c", tokenizerNameOrPath="t")
+    with pytest.raises(ValidationError, match="fewShotTemplate has 1 entries for 2 tasks"):
+        EvaluateConfig(task=["mmlu", "gsm8k"], taskDataPath=["x", "y"], fewShotTemplate=["-"], load="c",
+                       tokenizerNameOrPath="t")
+    with pytest.raises(ValidationError, match="hfChatTemplate: the tokenizer's chat template and promptType"):
+        EvaluateConfig(task=["mmlu"], taskDataPath=["x"], hfChatTemplate=True, promptType="qwen3", load="c",
+                       tokenizerNameOrPath="t")
+
+
+def test_mindspeed_few_shot_template_files(tmp_path):
+    """MindSpeed-LLM's fewshot_template JSON (subject -> examples; AGIEval: [examples, question cue, answer cue])
+    builds each prompt as its evaluator does; a subject the file lacks is named."""
+    mmlu = tmp_path / "mmlu_5shot_template.json"
+    mmlu.write_text(json.dumps({"astronomy": "The following ... about  astronomy.\nWhich?\nA. w\nAnswer: C"}))
+    [q] = load_task("mmlu", str(_mmlu(tmp_path / "m", dev=False)), 5, str(mmlu))
+    assert q.context == ("The following ... about  astronomy.\nWhich?\nA. w\nAnswer: C\n\n"
+                         "q?\nA. a\nB. b\nC. c\nD. d\nAnswer:") and q.options[1] == " B"
+    mmlu.write_text(json.dumps({"anatomy": "x"}))
+    with pytest.raises(TaskDataError, match="mmlu_5shot_template.json: no few-shot examples for subject 'astronomy'"):
+        load_task("mmlu", str(tmp_path / "m" / "test"), 5, str(mmlu))
+    agi = tmp_path / "AGI_fewshot.json"
+    agi.write_text(json.dumps({"math": ["Problem 1. 1+1\nAnswer:2\n\nProblem 2.", "\nChoose:\n", "\nAnswer:"]}))
+    (tmp_path / "agi").mkdir()
+    (tmp_path / "agi" / "math.jsonl").write_text(json.dumps({"passage": None, "question": "2+2", "options": None,
+                                                             "label": None, "answer": "$4$"}) + "\n")
+    [q] = load_task("agieval", str(tmp_path / "agi"), 0, str(agi))
+    assert q.prompt == "Problem 1. 1+1\nAnswer:2\n\nProblem 2.   2+2\n\nChoose:\n\n\n\nAnswer:" and q.reference == "4"
+    gsm = tmp_path / "gsm8k_3shot_template.json"
+    gsm.write_text(json.dumps({"few_shot": "Q: 1+1?\n\nA: 2."}))
+    (tmp_path / "g.jsonl").write_text(json.dumps({"question": "2+2?", "answer": "#### 4"}) + "\n")
+    [q] = load_task("gsm8k", str(tmp_path / "g.jsonl"), 0, str(gsm))
+    assert q.prompt == "Q: 1+1?\n\nA: 2.\n\n2+2?"
+    with pytest.raises(TaskDataError, match="few-shot template files exist for"):
+        load_task("boolq", str(tmp_path / "g.jsonl"), 0, str(gsm))
+
+
+def test_hf_chat_template_wraps_the_question_as_a_user_turn():
+    """``--hf-chat-template``: the tokens are ``apply_chat_template`` of one user turn with the generation prompt
+    (MindSpeed-LLM's way), options follow the assistant cue; a tokenizer without a chat template is refused."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from ascend_engine.evaluate.scoring import Prompter
+    from ascend_engine.prep.templates import load_template
+
+    words = "<s> <unk> <|im_start|> <|im_end|> user assistant Which ? Answer : B".split()
+    model = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    model.pre_tokenizer = pre_tokenizers.Split("\n", "removed")
+    model.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="<unk>", bos_token="<s>",
+                                        additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tokenizer._tokenizer.post_processor = None
+
+    with pytest.raises(TaskDataError, match="has no chat template"):
+        Prompter(tokenizer, load_template("empty", None), hf_chat_template=True)
+    tokenizer.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    prompter = Prompter(tokenizer, load_template("empty", None), hf_chat_template=True)
+    expected = tokenizer.apply_chat_template([{"role": "user", "content": "Which? Answer:"}], tokenize=True,
+                                             add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert prompter.encode("Which? Answer:") == expected
+    ctx, option = prompter.encode_choice("Which? Answer:", " B")
+    assert ctx == expected and tokenizer.decode(option) == "B"

@@ -31,8 +31,16 @@ class EvaluateConfig(EngineModel):
     promptType: Annotated[str, Field(min_length=1), Flag("--prompt-type")] = "empty"
     """Chat template each question is wrapped in as a user turn (a preprocess template name: qwen3, chatml,
     llama3, ...); ``empty`` (base models) keeps the plain few-shot text."""
+    hfChatTemplate: Annotated[bool, Flag("--hf-chat-template")] = False
+    """Wrap each question as a user turn with the tokenizer's own chat template (``apply_chat_template``, with
+    the generation prompt), as MindSpeed-LLM's ``--hf-chat-template``; not together with ``promptType``."""
     shot: Annotated[int, Field(ge=0), Flag("--shot")] = 0
     """Few-shot examples put before each question, taken from the task's dev/train split."""
+    fewShotTemplate: Annotated[list[str] | None, Field(min_length=1), Flag("--few-shot-template")] = None
+    """MindSpeed-LLM few-shot template files (``fewshot_template/mmlu_5shot_template.json`` and its ceval, cmmlu,
+    AGI, bbh and gsm8k siblings: each subject's examples, written out), one per task in the task order; ``-``
+    for a task that takes its examples from its own data (``shot``). A task with a template ignores ``shot``
+    and builds its prompts as MindSpeed-LLM does."""
     maxNewTokens: Annotated[int, Field(ge=1), Flag("--max-new-tokens")] = 256
     """Generation budget for generative tasks (bbh, gsm8k, humaneval)."""
     evaluationBatchSize: Annotated[int, Field(ge=1), Flag("--evaluation-batch-size")] = 8
@@ -69,6 +77,12 @@ class EvaluateConfig(EngineModel):
         if len(self.taskDataPath) != len(self.task):
             raise ValueError(f"taskDataPath has {len(self.taskDataPath)} entries for {len(self.task)} tasks "
                              "(give one data path per task, in the same order)")
+        if self.fewShotTemplate is not None and len(self.fewShotTemplate) != len(self.task):
+            raise ValueError(f"fewShotTemplate has {len(self.fewShotTemplate)} entries for {len(self.task)} tasks "
+                             "(give one per task, in the same order; '-' for none)")
+        if self.hfChatTemplate and self.promptType != "empty":
+            raise ValueError(f"hfChatTemplate: the tokenizer's chat template and promptType {self.promptType!r} "
+                             "both wrap the question; choose one")
         if self.completions and self.task != ["humaneval"]:
             raise ValueError("completions: scoring supplied completions needs task [humaneval] alone")
         if not self.completions and not self.tokenizerNameOrPath:

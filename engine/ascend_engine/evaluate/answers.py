@@ -44,6 +44,12 @@ def bbh_extract(generated: str) -> str:
     return generated.strip().split("\n")[0].strip().rstrip(".")
 
 
+def agieval_cloze_extract(generated: str) -> str:
+    """A cloze answer: the completion's first line, without ``$``, ``(`` and ``)`` (MindSpeed-LLM's reading)."""
+    lines = generated.lstrip().splitlines()
+    return (lines[0] if lines else "").replace("$", "").replace("(", "").replace(")", "").strip()
+
+
 def cut_at_stop(text: str, stop: list[str]) -> str:
     """The text before the earliest stop sequence."""
     end = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))

@@ -36,8 +36,12 @@ def _read_only(gpt, pos_index: torch.Tensor, row_index: torch.Tensor):
 
 class InferenceModel:
     def __init__(self, gpt, vocab_size: int, max_len: int, info, device):
+        from ..generate.ragged import direct_path_fits
+
         self.gpt, self.vocab_size, self.max_len, self.info, self.device = gpt, vocab_size, max_len, info, device
         self.truncated = 0  # rows cut from the left to the model's positions (as lm-evaluation-harness does)
+        self.shares_prefixes = direct_path_fits(gpt)  # one stage whose attention reads a RaggedKVCache
+        self._prefix: tuple[tuple[int, ...], object] | None = None  # the last prefix encoded, and its cache
 
     def _fit(self, row: list[int]) -> tuple[list[int], int]:
         """The row's last ``max_len`` tokens and how many were cut from its start."""
@@ -86,6 +90,49 @@ class InferenceModel:
             normalised = torch.log_softmax(picked[:, : self.vocab_size].float(), dim=-1)
             return list(normalised.split([len(p) for p in positions]))
 
+    def _prefix_cache(self, prefix: list[int], rows: int, width: int):
+        """A ``RaggedKVCache`` whose slots 0..rows-1 hold ``prefix``'s keys and values, with room for ``width``
+        more positions. The prefix is encoded once (one row) and copied to the other slots; the cache is kept
+        for the next batch of the same prefix (a subject's questions) and remade when it is too small."""
+        from ..models.ragged_cache import RaggedKVCache
+
+        key = tuple(prefix)
+        if self._prefix is not None:
+            held, cache = self._prefix
+            if held == key and cache.max_batch_size >= rows and cache.max_sequence_length >= len(prefix) + width:
+                return cache
+        cache = RaggedKVCache(rows, len(prefix) + width)
+        cache.materialize_only_last_token_logits = False  # ``_read_only`` picks the positions read
+        cache.prefill(torch.zeros(1, dtype=torch.long, device=self.device), len(prefix))
+        ids = torch.tensor([prefix], device=self.device)
+        last = torch.tensor([len(prefix) - 1], device=self.device)
+        with _read_only(self.gpt, last, torch.zeros_like(last)):  # no logits of the prefix are read
+            self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
+        if rows > 1:
+            cache.copy_rows(torch.zeros(rows - 1, dtype=torch.long, device=self.device),
+                            torch.arange(1, rows, device=self.device), len(prefix))
+        self._prefix = key, cache
+        return cache
+
+    def _prefixed_logprobs(self, prefix: list[int], rows: list[list[int]], positions: list[list[int]]):
+        """``_logprobs`` of rows that continue ``prefix`` (positions counted within each row): the prefix's keys
+        and values come from ``_prefix_cache`` and only the rows' own tokens are computed, right-padded, at
+        positions after the prefix. Every rank of the (single-stage) group holds the result."""
+        width = max(len(r) for r in rows)
+        cache = self._prefix_cache(prefix, len(rows), width)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+        ids = ids.to(self.device)
+        row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=self.device)
+        pos_index = torch.tensor([q for p in positions for q in p], device=self.device)
+        cache.extend(len(rows), len(prefix), width, self.device)
+        with _read_only(self.gpt, pos_index, row_index) as selected:
+            logits = self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
+        logits = logits[0] if selected else logits[row_index, pos_index]
+        normalised = torch.log_softmax(logits[:, : self.vocab_size].float(), dim=-1)
+        return list(normalised.split([len(p) for p in positions]))
+
     def _share(self, values: torch.Tensor) -> torch.Tensor:
         """The reporter's ``values`` on every rank of its model-parallel group."""
         if not self._reporter:
@@ -97,25 +144,46 @@ class InferenceModel:
             torch.distributed.all_reduce(values, group=parallel_state.get_model_parallel_group())
         return values.cpu()
 
-    def continuation_logprobs(self, rows: list[list[int]], starts: list[int]) -> list[float]:
-        """For each row, the summed log-probability of its tokens from ``starts[i]`` on, given those before."""
+    def _unshared(self, prefix: list[int], rows: list[list[int]]) -> bool:
+        """Whether rows after ``prefix`` go the plain way: no prefix, a pipeline, or a row too long to keep whole
+        (it is cut from the left, prefix first)."""
+        return not prefix or not self.shares_prefixes or len(prefix) + max(map(len, rows)) > self.max_len
+
+    def continuation_logprobs(self, rows: list[list[int]], starts: list[int], prefix: list[int] = ()) -> list[float]:
+        """For each row, the summed log-probability of its tokens from ``starts[i]`` on, given those before.
+        With a ``prefix`` every row continues it (``starts`` within the row, at least 1): its keys and values are
+        computed once for all rows and batches that share it."""
         result = torch.zeros(len(rows), dtype=torch.float64)
-        fitted = [self._fit(row) for row in rows]
-        rows = [row for row, _ in fitted]
-        starts = [max(1, start - cut) for start, (_, cut) in zip(starts, fitted)]
-        logprobs = self._logprobs(rows, [list(range(start - 1, len(row) - 1)) for row, start in zip(rows, starts)])
+        if self._unshared(prefix, rows):
+            rows, starts, prefix = [list(prefix) + row for row in rows], [len(prefix) + s for s in starts], ()
+            fitted = [self._fit(row) for row in rows]
+            rows = [row for row, _ in fitted]
+            starts = [max(1, start - cut) for start, (_, cut) in zip(starts, fitted)]
+        positions = [list(range(start - 1, len(row) - 1)) for row, start in zip(rows, starts)]
+        if prefix:
+            with torch.inference_mode():
+                logprobs = self._prefixed_logprobs(list(prefix), rows, positions)
+        else:
+            logprobs = self._logprobs(rows, positions)
         if logprobs is not None:
             for i, (row, start) in enumerate(zip(rows, starts)):
                 targets = torch.tensor(row[start:], device=logprobs[i].device)
                 result[i] = logprobs[i].gather(-1, targets.unsqueeze(-1)).double().sum().cpu()
         return self._share(result).tolist()
 
-    def next_token_logprobs(self, rows: list[list[int]], candidates: list[list[int]]) -> list[list[float]]:
-        """For each row, the log-probability of each candidate token right after it (one pass per batch)."""
+    def next_token_logprobs(self, rows: list[list[int]], candidates: list[list[int]],
+                            prefix: list[int] = ()) -> list[list[float]]:
+        """For each row (after ``prefix``, as in ``continuation_logprobs``), the log-probability of each candidate
+        token right after it (one pass per batch)."""
         width = max(len(c) for c in candidates)
         result = torch.full((len(rows), width), float("-inf"), dtype=torch.float64)
-        rows = [self._fit(row)[0] for row in rows]
-        logprobs = self._logprobs(rows, [[len(row) - 1] for row in rows])
+        if self._unshared(prefix, rows):
+            rows, prefix = [self._fit(list(prefix) + row)[0] for row in rows], ()
+        if prefix:
+            with torch.inference_mode():
+                logprobs = self._prefixed_logprobs(list(prefix), rows, [[len(row) - 1] for row in rows])
+        else:
+            logprobs = self._logprobs(rows, [[len(row) - 1] for row in rows])
         if logprobs is not None:
             for i, cands in enumerate(candidates):
                 result[i, : len(cands)] = logprobs[i][0, cands].double().cpu()

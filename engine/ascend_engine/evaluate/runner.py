@@ -93,8 +93,9 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     # Read every task before anything heavy, so bad data fails in a second.
     tasks = []
     say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
-    for task, path in zip(cfg.task, cfg.taskDataPath):
-        questions = load_task(task, path, cfg.shot)
+    templates = [None if t == "-" else t for t in cfg.fewShotTemplate or ["-"] * len(cfg.task)]
+    for task, path, template_path in zip(cfg.task, cfg.taskDataPath, templates):
+        questions = load_task(task, path, cfg.shot, template_path)
         if not questions:
             raise TaskDataError(f"{path}: no {task} questions")
         tasks.append((task, questions[: cfg.maxEvalSamples] if cfg.maxEvalSamples else questions))
@@ -116,32 +117,40 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
         check_vocabulary(tokenizer, model_cfg.vocabSize, cfg.load, cfg.tokenizerNameOrPath)
         model = InferenceModel(gpt, model_cfg.vocabSize, max_len, info, backend.torch_device)
-        prompter = Prompter(tokenizer, template)
+        prompter = Prompter(tokenizer, template, cfg.hfChatTemplate)
         rank0 = info.rank == 0
         results = []
         started_up()  # each task's progress line speaks from here on
         for task, questions in tasks:
-            mine = share(questions, info.dp_rank, info.dp)
+            # choice questions by option likelihood, open ones (AGIEval's cloze too) by generation
+            choice = [q for q in questions if isinstance(q, ChoiceQuestion)]
+            open_ = [q for q in questions if not isinstance(q, ChoiceQuestion)]
             say("evaluate", f"{task}: {len(questions)} questions", started)
-            progress = Progress(f"evaluate {task}", total=len(mine), unit="questions", interval_s=5.0,
+            progress = Progress(f"evaluate {task}", total=len(share(choice, info.dp_rank, info.dp))
+                                + len(share(open_, info.dp_rank, info.dp)), unit="questions", interval_s=5.0,
                                 enabled=rank0)
             start, model.truncated = time.perf_counter(), 0
-            if isinstance(questions[0], ChoiceQuestion):
-                scored = score_choices(model, prompter, mine, cfg.evaluationBatchSize, progress)
-                scored, truncated = gather(scored, info.dp), sum(gather([model.truncated], info.dp))
-                outcomes = choice_outcomes(questions, scored)
-            else:
-                completions = generate_answers(model, prompter, mine, cfg.maxNewTokens, cfg.evaluationBatchSize,
-                                               progress)
-                completions, truncated = gather(completions, info.dp), sum(gather([model.truncated], info.dp))
-                if not rank0:
-                    continue  # generated code runs once, on rank 0
+            outcomes = []
+            if choice:
+                scored = score_choices(model, prompter, share(choice, info.dp_rank, info.dp),
+                                       cfg.evaluationBatchSize, progress)
+                outcomes += choice_outcomes(choice, gather(scored, info.dp))
+            if open_:
+                completions = generate_answers(model, prompter, share(open_, info.dp_rank, info.dp),
+                                               cfg.maxNewTokens, cfg.evaluationBatchSize, progress)
+                completions = gather(completions, info.dp)
+            truncated = sum(gather([model.truncated], info.dp))
+            if not rank0:
+                continue  # generated code runs once, on rank 0
+            if open_:
 
                 def run_code(q, completion):
                     return run_program(humaneval_program(q.prompt, completion, q.reference, q.entry_point),
                                        cfg.codeTimeoutSeconds, cfg.codeMemoryMb, isolation)
 
-                outcomes = open_outcomes(task, questions, completions, run_code)
+                outcomes += open_outcomes(task, open_, completions, run_code)
+            order = {q.id: k for k, q in enumerate(questions)}
+            outcomes.sort(key=lambda o: order[o.id])
             result = task_result(task, outcomes, time.perf_counter() - start)
             if task == "humaneval":
                 result["sandbox"] = isolation.describe()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .answers import bbh_extract, cut_at_stop, gsm8k_extract
-from .questions import ChoiceQuestion, OpenQuestion
+from .answers import agieval_cloze_extract, bbh_extract, cut_at_stop, gsm8k_extract
+from .questions import ChoiceQuestion, OpenQuestion, TaskDataError
 
 
 @dataclass
@@ -19,18 +19,30 @@ class Outcome:
 
 
 class Prompter:
-    """Renders a question through the chat template (``empty``: unchanged) and tokenizes it."""
+    """Renders a question through the chat template (``empty``: unchanged), or as a user turn through the
+    tokenizer's own chat template (``hf_chat_template``), and tokenizes it."""
 
-    def __init__(self, tokenizer, template):
-        self.tokenizer, self.template = tokenizer, template
-        self.plain = template.user == "{content}" and not template.prefix
+    def __init__(self, tokenizer, template, hf_chat_template: bool = False):
+        self.tokenizer, self.template, self.hf_chat_template = tokenizer, template, hf_chat_template
+        self.plain = template.user == "{content}" and not template.prefix and not hf_chat_template
+        if hf_chat_template and not getattr(tokenizer, "chat_template", None):
+            raise TaskDataError(f"hfChatTemplate: the tokenizer {tokenizer.name_or_path} has no chat template")
 
     def render(self, text: str) -> str:
         if self.plain:
             return text
+        if self.hf_chat_template:
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                      add_generation_prompt=True)
         bos, eos = self.tokenizer.bos_token or "", self.tokenizer.eos_token or ""
         head = self.template.prefix.replace("{bos}", bos).replace("{eos}", eos)
         return head + self.template.user.replace("{bos}", bos).replace("{eos}", eos).replace("{content}", text)
+
+    def encode(self, text: str, rendered: bool = False) -> list[int]:
+        """Token ids of ``text`` (rendered first unless it is). A chat template writes its own special tokens,
+        so the tokenizer adds none (as ``apply_chat_template(tokenize=True)``)."""
+        text = text if rendered else self.render(text)
+        return self.tokenizer(text, add_special_tokens=not self.hf_chat_template)["input_ids"]
 
     def encode_choice(self, context: str, option: str) -> tuple[list[int], list[int]]:
         """(context ids, option ids) such that their concatenation is how the tokenizer reads the whole text
@@ -38,8 +50,8 @@ class Prompter:
         context = self.render(context)
         if not self.plain:
             option = option.lstrip()
-        ctx = self.tokenizer(context)["input_ids"]
-        whole = self.tokenizer(context + option)["input_ids"]
+        ctx = self.encode(context, rendered=True)
+        whole = self.encode(context + option, rendered=True)
         if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
             return ctx, whole[len(ctx):]
         return ctx, self.tokenizer(option, add_special_tokens=False)["input_ids"]
@@ -56,34 +68,53 @@ def by_length(items: list, length) -> list:
     return sorted(items, key=length, reverse=True)
 
 
+def shared_prefix(sequences: list[list[int]], cap: int) -> list[int]:
+    """The longest token prefix all ``sequences`` start with, at most ``cap`` tokens."""
+    first = sequences[0]
+    n = min(cap, *map(len, sequences))
+    for seq in sequences[1:]:
+        n = next((j for j in range(n) if seq[j] != first[j]), n)
+    return first[:n]
+
+
 def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], batch_size: int,
                   progress) -> list[tuple[int, list[float]]]:
     """(predicted option, option log-likelihoods) per question. Questions whose options are distinct single
-    tokens take one row (the next-token distribution after the context); others one row per option."""
+    tokens take one row (the next-token distribution after the context); others one row per option.
+
+    Where the model can reuse a prefix's keys and values (``model.shares_prefixes``), each subject's questions
+    are scored together after the tokens their contexts all start with (the task's instruction and few-shot
+    examples): that prefix is encoded once per subject and each row computes only its own tail."""
     encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
-    one_row = by_length([i for i, s in enumerate(single) if s], lambda i: len(encoded[i][0][0]))
-    for chunk in _batches(one_row, batch_size):
-        got = model.next_token_logprobs([encoded[i][0][0] for i in chunk],
-                                        [[c[0] for _, c in encoded[i]] for i in chunk])
-        for i, values in zip(chunk, got):
-            scores[i] = values
-        progress.update(len(chunk))
-    rows = by_length([(i, k) for i, s in enumerate(single) if not s for k in range(len(encoded[i]))],
-                      lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
-    sums: dict[int, list[float]] = {}
-    left = {i: len(encoded[i]) for i, s in enumerate(single) if not s}
-    for chunk in _batches(rows, batch_size):
-        seqs = [encoded[i][k][0] + encoded[i][k][1] for i, k in chunk]
-        got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) for i, k in chunk])
-        for (i, k), value in zip(chunk, got):
-            sums.setdefault(i, [0.0] * len(encoded[i]))[k] = value
-            left[i] -= 1
-            if not left[i]:
-                progress.update(1)
-    for i, values in sums.items():
-        scores[i] = values
+    groups: dict[str, list[int]] = {}
+    for i, q in enumerate(questions):
+        groups.setdefault(q.subject if model.shares_prefixes else "", []).append(i)
+    for members in groups.values():
+        contexts = [ctx for i in members for ctx, _ in encoded[i]]
+        prefix = shared_prefix(contexts, min(map(len, contexts)) - 1) if model.shares_prefixes else []
+        p = len(prefix)
+        one_row = by_length([i for i in members if single[i]], lambda i: len(encoded[i][0][0]))
+        for chunk in _batches(one_row, batch_size):
+            got = model.next_token_logprobs([encoded[i][0][0][p:] for i in chunk],
+                                            [[c[0] for _, c in encoded[i]] for i in chunk], prefix)
+            for i, values in zip(chunk, got):
+                scores[i] = values
+            progress.update(len(chunk))
+        rows = by_length([(i, k) for i in members if not single[i] for k in range(len(encoded[i]))],
+                          lambda row: len(encoded[row[0]][row[1]][0]) + len(encoded[row[0]][row[1]][1]))
+        left = {i: len(encoded[i]) for i in members if not single[i]}
+        for chunk in _batches(rows, batch_size):
+            seqs = [(encoded[i][k][0] + encoded[i][k][1])[p:] for i, k in chunk]
+            got = model.continuation_logprobs(seqs, [len(encoded[i][k][0]) - p for i, k in chunk], prefix)
+            for (i, k), value in zip(chunk, got):
+                if scores[i] is None:
+                    scores[i] = [0.0] * len(encoded[i])
+                scores[i][k] = value
+                left[i] -= 1
+                if not left[i]:
+                    progress.update(1)
     return [(max(range(len(s)), key=s.__getitem__), s) for s in scores]
 
 
@@ -98,7 +129,7 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
     its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
     generating once its text holds one); returned in the questions' order."""
     tok = prompter.tokenizer
-    prompts = [tok(prompter.render(q.prompt))["input_ids"] for q in questions]
+    prompts = [prompter.encode(q.prompt) for q in questions]
     out: list[str] = [""] * len(questions)
     for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
 
@@ -112,7 +143,8 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
 
 
 def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[str], run_code) -> list[Outcome]:
-    """Each task's own check: GSM8K's number, BBH's exact target, HumanEval's tests in the sandbox."""
+    """Each task's own check: GSM8K's number, BBH's exact target, AGIEval's cloze answer, HumanEval's tests in
+    the sandbox."""
     outcomes = []
     for q, text in zip(questions, completions):
         if task == "gsm8k":
@@ -121,6 +153,9 @@ def open_outcomes(task: str, questions: list[OpenQuestion], completions: list[st
         elif task == "bbh":
             got = bbh_extract(text)
             outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference.strip(), completion=text))
+        elif task == "agieval":
+            got = agieval_cloze_extract(text)
+            outcomes.append(Outcome(q.id, q.subject, got, q.reference, got == q.reference, completion=text))
         else:
             result = run_code(q, text)
             outcomes.append(Outcome(q.id, q.subject, result.reason, "passed", result.passed, completion=text))

@@ -1,13 +1,15 @@
 """Task readers: each benchmark's published file layout -> questions with its usual prompt format.
 
 Choice tasks follow the prompts MindSpeed-LLM / lm-evaluation-harness use ("...\\nAnswer:" followed by the option
-letter); few-shot examples come from the task's dev (MMLU, CEval, CMMLU), train (GSM8K) or head of file (BBH).
+letter); few-shot examples come from the task's dev (MMLU, CEval, CMMLU), train (GSM8K) or head of file (BBH), or from
+a MindSpeed-LLM few-shot template file (``fewshot.FewShotTemplate``), which also fixes the prompt's format.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .fewshot import FewShotTemplate
 from .files import column, data_files, read_csv, read_jsonl
 from .questions import ChoiceQuestion, OpenQuestion, TaskDataError
 
@@ -47,12 +49,19 @@ def _format_letter(question: str, options: list[str], cue: str) -> str:
     return "\n".join(lines) + f"\n{cue}"
 
 
-def letter_task(task: str, path: Path, shot: int) -> list[ChoiceQuestion]:
+def letter_task(task: str, path: Path, shot: int, template: FewShotTemplate | None = None) -> list[ChoiceQuestion]:
     suffix, dev_folder, dev_suffix, _, intro, cue = _LETTER_TASKS[task]
     sep = " " if task == "mmlu" else ""
     questions = []
     for file in data_files(path, suffix):
         subject = file.name[: -len(suffix)]
+        if template is not None:
+            for line, q, opts, gold in _letter_rows(task, file):
+                block = q + "".join(f"\n{LETTERS[i]}. {o}" for i, o in enumerate(opts))
+                questions.append(ChoiceQuestion(
+                    id=f"{file.name}:{line}", subject=subject, context=template.prompt(subject, question=block),
+                    options=[f"{sep}{LETTERS[i]}" for i in range(len(opts))], gold=gold))
+            continue
         examples = ""
         if shot:
             dev = (file.parent.parent / dev_folder / f"{subject}{dev_suffix}")
@@ -102,36 +111,51 @@ def hellaswag(path: Path) -> list[ChoiceQuestion]:
     return questions
 
 
-def agieval(path: Path) -> list[ChoiceQuestion]:
-    """AGIEval jsonl (one file per exam): passage, question, options ["(A)...", ...], label "A". Cloze records
-    (no single-letter label) are not choice questions and are left out."""
-    questions = []
+def agieval(path: Path, template: FewShotTemplate | None = None) -> list[ChoiceQuestion | OpenQuestion]:
+    """AGIEval jsonl (one file per exam): passage, question, options ["(A)...", ...], label "A" (choice
+    questions, scored by option likelihood), or no options and an ``answer`` (cloze questions, such as
+    gaokao-mathcloze and math: answered by greedy generation, the first line compared with the answer, ``$``
+    signs dropped, as MindSpeed-LLM does). Records with several correct letters are left out."""
+    questions: list[ChoiceQuestion | OpenQuestion] = []
     for file in data_files(path, ".jsonl"):
-        for line, r in read_jsonl(file, ("question", "options", "label")):
-            options, label = r["options"], r["label"]
-            if not isinstance(options, list) or not options:
+        for line, r in read_jsonl(file, ("question",)):
+            options, label = r.get("options") or [], r.get("label")
+            if not isinstance(options, list):
+                raise TaskDataError(f"{file}:{line}: 'options' must be a list")
+            passage = r.get("passage") or ""
+            question = f"{passage}\n{r['question']}" if passage else r["question"]
+            if not options:
+                if not isinstance(r.get("answer"), str) or not r["answer"].strip():
+                    raise TaskDataError(f"{file}:{line}: a cloze record (no options) needs an 'answer'")
+                prompt = template.prompt(file.stem, question=question, options="") if template is not None \
+                    else f"{question}\nAnswer:"
+                questions.append(OpenQuestion(id=f"{file.name}:{line}", subject=file.stem, prompt=prompt,
+                                              reference=r["answer"].replace("$", "").strip(), stop=["\n\n"]))
                 continue
             if not (isinstance(label, str) and len(label) == 1 and label in LETTERS[: len(options)]):
                 continue
-            passage = f"{r['passage']}\n" if r.get("passage") else ""
-            text = f"{passage}{r['question']}\n" + "\n".join(str(o) for o in options) + "\nAnswer:"
+            listed = "\n".join(str(o) for o in options)
+            if template is not None:
+                context, sep = template.prompt(file.stem, question=question, options=listed), ""
+            else:
+                context, sep = f"{question}\n{listed}\nAnswer:", " "
             questions.append(ChoiceQuestion(
-                id=f"{file.name}:{line}", subject=file.stem, context=text,
-                options=[f" {LETTERS[i]}" for i in range(len(options))], gold=LETTERS.index(label)))
+                id=f"{file.name}:{line}", subject=file.stem, context=context,
+                options=[f"{sep}{LETTERS[i]}" for i in range(len(options))], gold=LETTERS.index(label)))
     if not questions:
-        raise TaskDataError(f"{path}: no multiple-choice records (single-letter label)")
+        raise TaskDataError(f"{path}: no AGIEval records (single-letter label, or cloze with an answer)")
     return questions
 
 
 # ---------------------------------------------------------------- generative tasks
 
-def gsm8k(path: Path, shot: int) -> list[OpenQuestion]:
+def gsm8k(path: Path, shot: int, template: FewShotTemplate | None = None) -> list[OpenQuestion]:
     """GSM8K jsonl: question, answer ending in '#### <number>'; shots from train.jsonl beside the file."""
     from .answers import gsm8k_reference
 
     files = data_files(path, ".jsonl")
     examples = ""
-    if shot:
+    if shot and template is None:
         train = files[0].parent / "train.jsonl"
         if not train.is_file():
             raise TaskDataError(f"{train}: missing file (the {shot}-shot examples for GSM8K)")
@@ -143,15 +167,18 @@ def gsm8k(path: Path, shot: int) -> list[OpenQuestion]:
         if shot and file.name == "train.jsonl" and len(files) > 1:
             continue
         for line, r in read_jsonl(file, ("question", "answer")):
+            prompt = template.prompt("gsm8k", question=r["question"]) if template is not None else \
+                f"{examples}Question: {r['question']}\nAnswer:"
             questions.append(OpenQuestion(
-                id=f"{file.name}:{line}", subject="gsm8k", prompt=f"{examples}Question: {r['question']}\nAnswer:",
+                id=f"{file.name}:{line}", subject="gsm8k", prompt=prompt,
                 reference=gsm8k_reference(r["answer"], f"{file}:{line}"), stop=["\n\n", "Question:"]))
     return questions
 
 
-def bbh(path: Path, shot: int) -> list[OpenQuestion]:
+def bbh(path: Path, shot: int, template: FewShotTemplate | None = None) -> list[OpenQuestion]:
     """BIG-Bench Hard: one ``<task>.json`` per task, {"examples": [{"input", "target"}]}; the first ``shot``
-    examples of each file are its few-shot prompt and are not scored."""
+    examples of each file are its few-shot prompt and are not scored (with a template: every example is scored
+    after the template's examples for the file's task)."""
     questions = []
     for file in data_files(path, ".json"):
         try:
@@ -161,10 +188,14 @@ def bbh(path: Path, shot: int) -> list[OpenQuestion]:
         for i, ex in enumerate(examples):
             if not isinstance(ex, dict) or "input" not in ex or "target" not in ex:
                 raise TaskDataError(f"{file}: examples[{i}] needs 'input' and 'target'")
+        if template is not None:
+            shot = 0
         head = "".join(f"Q: {ex['input']}\nA: {ex['target']}\n\n" for ex in examples[:shot])
         for i, ex in enumerate(examples[shot:], shot):
+            prompt = template.prompt(file.stem, question=ex["input"]) if template is not None else \
+                f"{head}Q: {ex['input']}\nA:"
             questions.append(OpenQuestion(
-                id=f"{file.name}:examples[{i}]", subject=file.stem, prompt=f"{head}Q: {ex['input']}\nA:",
+                id=f"{file.name}:examples[{i}]", subject=file.stem, prompt=prompt,
                 reference=str(ex["target"]), stop=["\n\n", "\nQ:"]))
     return questions
 
@@ -180,13 +211,16 @@ def humaneval(path: Path) -> list[OpenQuestion]:
     return questions
 
 
-def load_task(task: str, path: str, shot: int) -> list[ChoiceQuestion] | list[OpenQuestion]:
-    """The questions of ``task`` read from ``path``."""
+def load_task(task: str, path: str, shot: int, template_path: str | None = None) -> list[ChoiceQuestion | OpenQuestion]:
+    """The questions of ``task`` read from ``path``, with the examples of a MindSpeed-LLM few-shot template file
+    if ``template_path`` is given (AGIEval: choice and cloze questions in one list)."""
     root = Path(path)
+    template = FewShotTemplate(task, template_path) if template_path else None
     if task in _LETTER_TASKS:
-        return letter_task(task, root, shot)
-    readers = {"boolq": lambda: boolq(root), "hellaswag": lambda: hellaswag(root), "agieval": lambda: agieval(root),
-               "gsm8k": lambda: gsm8k(root, shot), "bbh": lambda: bbh(root, shot),
+        return letter_task(task, root, shot, template)
+    readers = {"boolq": lambda: boolq(root), "hellaswag": lambda: hellaswag(root),
+               "agieval": lambda: agieval(root, template),
+               "gsm8k": lambda: gsm8k(root, shot, template), "bbh": lambda: bbh(root, shot, template),
                "humaneval": lambda: humaneval(root)}
     if task not in readers:
         raise TaskDataError(f"unknown task {task!r}")

@@ -55,8 +55,12 @@ class CachedRotarySelfAttention(SelfAttention):
         rows = cache.rows.unsqueeze(0).expand_as(positions)
         key_memory[positions, rows] = key
         value_memory[positions, rows] = value
-        if not cache.is_decode_only():  # a prompt from position 0: its own keys are the whole past
+        if not cache.is_decode_only() and not cache.past:  # a prompt from position 0: its own keys are the past
             return query, key, value, None, self.attn_mask_type, None
+        if not cache.is_decode_only():  # a chunk after a cached prefix: causal over prefix and chunk
+            n = positions.shape[1]
+            return (query, key_memory[:cache.kv_length, :n], value_memory[:cache.kv_length, :n], None,
+                    AttnMaskType.causal, None)
         n = positions.shape[1]
         return (query, key_memory[:cache.kv_length, :n], value_memory[:cache.kv_length, :n], None,
                 AttnMaskType.no_mask, None)

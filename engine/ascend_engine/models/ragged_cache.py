@@ -18,14 +18,24 @@ class RaggedKVCache(StaticInferenceContext):
     def __init__(self, max_batch_size: int, max_sequence_length: int):
         super().__init__(max_batch_size, max_sequence_length)
         self.rows = self.positions = None
-        self.kv_length = 0
+        self.kv_length = self.past = 0
 
     def prefill(self, rows: torch.Tensor, length: int) -> None:
         """The next forward encodes prompts of ``length`` tokens from position 0 into the cache slots ``rows``."""
         self.enable_prefill_mode()
         self.rows = rows
         self.positions = torch.arange(length, device=rows.device).unsqueeze(0).expand(len(rows), length)
-        self.kv_length = length
+        self.kv_length, self.past = length, 0
+
+    def extend(self, rows: int, start: int, length: int, device) -> None:
+        """The next forward feeds ``length`` tokens to each of slots 0..rows-1 at positions start.., on top of the
+        ``start`` positions those slots hold already (a shared prompt prefix): causal attention over all
+        ``start + length`` keys. Right-padded rows are fine: a real token sees only the real ones before it."""
+        self.enable_prefill_mode()
+        self.rows = torch.arange(rows, device=device)
+        self.positions = torch.arange(start, start + length, device=self.rows.device).unsqueeze(0).expand(
+            rows, length)
+        self.kv_length, self.past = start + length, start
 
     def decode(self, positions: torch.Tensor) -> torch.Tensor:
         """The next forward feeds one token per row of slots 0..n-1, row i at ``positions[i]``. Returns the
