@@ -14,7 +14,7 @@ from memorised import write_mmlu
 from test_train_torchrun import VENV_BIN, assert_ok, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from prep_support import build_tokenizer, preprocess, write_jsonl  # noqa: E402
+from prep_support import build_tokenizer, write_jsonl  # noqa: E402
 
 SUBJECTS = {"fox": ["jumps", "sleeps", "eats", "runs"], "data": ["tokens", "bytes", "words", "bits"]}
 
