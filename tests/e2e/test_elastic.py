@@ -3,7 +3,8 @@
 a 2-pod job (DP 2) loses one of the nodes after its first checkpoint (the machine dies: its kubelet goes silent,
 the node turns Unknown and taint eviction ends its pod) -> the gang restart avoids the node and cannot place its
 second pod anywhere -> after elastic.scaleInTimeoutSeconds the operator restarts it on 1 pod (DP 1, same global
-batch) -> a new node joins -> at the next checkpoint it scales out to 2 pods again and finishes. Every loss it logs, in every phase, equals the loss of an uninterrupted
+batch) -> a new node joins -> at the next checkpoint it scales out to 2 pods again and finishes, keeping only its last
+2 checkpoints (checkpoint.keepLastCheckpoints). Every loss it logs, in every phase, equals the loss of an uninterrupted
 DP 2 run (started in parallel with the same configuration) within 1e-5 relative.
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _job() -> dict:
                      # A node fault and two resizes: none of them may count against the user's restarts.
                      "runPolicy": {"backoffLimit": 0},
                      "train": {**TRAIN, "checkpoint": {"save": "/workspace/checkpoints/elastic",
-                                                       "saveInterval": SAVE_INTERVAL}}}}
+                                                       "saveInterval": SAVE_INTERVAL, "keepLastCheckpoints": 2}}}}
 
 
 def _wait(what: str, check, timeout: float = 240):
@@ -69,8 +70,8 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
         core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
         resources.apply(_job())
         status = lambda: resources.get(atj, "elastic", "default").get("status") or {}  # noqa: E731
-        tracker = cluster.root / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "elastic" / \
-            "latest_checkpointed_iteration.txt"
+        checkpoints = cluster.root / "pvc" / "default" / "ascend-workspace" / "checkpoints" / "elastic"
+        tracker = checkpoints / "latest_checkpointed_iteration.txt"
 
         _wait("the first checkpoint", lambda: tracker.exists() and int(tracker.read_text()) >= SAVE_INTERVAL)
         node = core.read_namespaced_pod("elastic-1-0", "default").spec.node_name
@@ -97,7 +98,11 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
     assert next(c for c in final["conditions"] if c["type"] == "Resized")["reason"] == "ScaledOut"
     assert "ScaledIn" in reasons and "ScaledOut" in reasons, reasons
     print(*(f"{e['reason']}: {e['message']}" for e in ours if e["reason"] in ("ScaledIn", "ScaledOut")), sep="\n")
-    assert 0 <= logs.find("data-parallel size 2 -> 1") < logs.find("data-parallel size 1 -> 2"), logs[-3000:]
+    scaled_in = "data-parallel size 2 -> 1: the same global batch of 4 samples in 2 micro-batches"
+    assert 0 <= logs.find(scaled_in) < logs.find("data-parallel size 1 -> 2"), logs[-3000:]
+    # keepLastCheckpoints: 2 pruned every older checkpoint, across the resizes
+    assert sorted(p.name for p in checkpoints.iterdir()) == [f"iter_{ITERS - SAVE_INTERVAL:07d}", f"iter_{ITERS:07d}",
+                                                             "latest_checkpointed_iteration.txt"]
 
     expected = {it: (consumed, loss) for it, consumed, loss in curve}
     assert sorted(expected) == list(range(1, ITERS + 1))

@@ -2,7 +2,6 @@
 100% while held-out questions stay near chance, and every generative task's checker runs end to end."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -11,25 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from test_train_torchrun import VENV_BIN, assert_ok, free_port, run_train
+from memorised import write_mmlu
+from test_train_torchrun import VENV_BIN, assert_ok, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from prep_support import build_tokenizer, preprocess, write_jsonl  # noqa: E402
+from prep_support import build_tokenizer, write_jsonl  # noqa: E402
 
 SUBJECTS = {"fox": ["jumps", "sleeps", "eats", "runs"], "data": ["tokens", "bytes", "words", "bits"]}
-
-
-def write_mmlu(root: Path, questions: list[tuple[str, str, list[str], str]], dev: bool = True) -> Path:
-    """MMLU's layout: ``test/<subject>_test.csv`` and ``dev/<subject>_dev.csv``, rows question,A,B,C,D,answer."""
-    by_subject: dict[str, list] = {}
-    for subject, q, options, answer in questions:
-        by_subject.setdefault(subject, []).append([q, *options, answer])
-    for subject, rows in by_subject.items():
-        for split in ("test", "dev") if dev else ("test",):
-            (root / split).mkdir(parents=True, exist_ok=True)
-            with open(root / split / f"{subject}_{split}.csv", "w", newline="") as f:
-                csv.writer(f).writerows(rows if split == "test" else rows[:1])
-    return root / "test"
 
 
 def evaluate(*flags: str, nproc: int = 1, timeout: int = 180) -> subprocess.CompletedProcess:
@@ -159,12 +146,11 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, d
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("layout", [("1", "1", 1), ("2", "1", 2), ("1", "2", 2), ("1", "1", 2)],
-                         ids=["tp1pp1", "tp2", "pp2", "dp2"])
+@pytest.mark.parametrize("layout", [("2", "1", 2), ("1", "2", 2), ("1", "1", 2)], ids=["tp2", "pp2", "dp2"])
 def test_layouts_give_identical_predictions(random_qwen3, layout):
-    """The TP1PP1 Megatron checkpoint evaluated at TP1PP1, TP2 and PP2 (resharded on the fly) and at DP2 (two
-    replicas, each scoring half the questions) predicts the same option for every question, with the same
-    likelihoods (fp32 reductions in another order: 1e-4)."""
+    """The TP1PP1 Megatron checkpoint evaluated at TP2 and PP2 (resharded on the fly) and at DP2 (two replicas,
+    each scoring half the questions) predicts the same option for every question as at TP1PP1 (one process, its
+    own layout), with the same likelihoods (fp32 reductions in another order: 1e-4)."""
     root, tok, mmlu = random_qwen3
     tp, pp, nproc = layout
     reference = root / "tp1pp1_reference.json"
@@ -197,37 +183,18 @@ def test_vocabulary_mismatch_is_refused_with_both_sizes(random_qwen3, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-WORDS = ["quick", "brown", "fox", "lazy", "dog", "tips", "healthy", "sleep", "exercise", "tokens", "index",
-         "datasets", "assistant", "system", "tool", "response"]
-
-
 @pytest.mark.engine
-def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(tmp_path):
-    """Pretrain a tiny model on 8 MMLU-format questions with their answers; evaluated zero-shot it answers all
-    8 and does no better than guessing on 8 held-out questions of the same form (answers balanced A-D)."""
-    from ascend_engine.evaluate.tasks import load_task
-    from test_train_data import config
-
-    tok = build_tokenizer(tmp_path / "tok")
-    options = ["jumps", "sleeps", "eats", "runs"]
-    questions = [("animals", f"What does the {w} do?", options, "ABCD"[i % 4]) for i, w in enumerate(WORDS)]
-    seen = write_mmlu(tmp_path / "seen", questions[:8], dev=False)
-    held_out = write_mmlu(tmp_path / "held_out", questions[8:], dev=False)
-    # instruction data: the loss is on the answer only, so a few dozen steps learn each question's letter
-    records = [{"instruction": q.context, "input": "", "output": q.options[q.gold]}
-               for q in load_task("mmlu", str(seen), 0)]
-    assert preprocess("--input", write_jsonl(tmp_path / "seen.jsonl", records), "--tokenizer-name-or-path", tok,
-                      "--output-prefix", tmp_path / "seen", "--handler-name", "AlpacaStyleInstructionHandler",
-                      "--prompt-type", "empty", "--seq-length", "128") == 0
-    cfg = config({"dataPath": [str(tmp_path / "seen")], "isInstructionDataset": True}, trainIters=70,
-                 seqLength=128, microBatchSize=8, globalBatchSize=8) | {
-                     "optimizer": {"lr": 3e-3, "lrDecayStyle": "constant"},
-                     "checkpoint": {"save": str(tmp_path / "ckpt")}}
-    proc, steps = run_train(tmp_path, cfg, nproc=1, timeout=300)
-    assert_ok(proc)
-    # both sets in one run (one task each); the report lands next to the checkpoint when no path is given
-    assert_ok(evaluate("--task", "mmlu", "mmlu", "--task-data-path", str(seen), str(held_out), "--load",
-                       str(tmp_path / "ckpt"), "--tokenizer-name-or-path", str(tok)))
-    seen_result, held_out_result = json.loads((tmp_path / "ckpt" / "evaluation_results.json").read_text())["tasks"]
-    assert seen_result["accuracy"] == 1.0, (seen_result, [s[2] for s in steps][-5:])
-    assert held_out_result["samples"] == 8 and held_out_result["accuracy"] <= 0.5, held_out_result
+def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(memorised):
+    """A tiny model trained on 8 MMLU-format questions with their answers (``memorised.py``), evaluated
+    zero-shot, answers all 8 and does no better than guessing on 8 held-out questions of the same form (answers
+    balanced A-D)."""
+    tok, mmlu, ckpt = (str(memorised[k]) for k in ("tokenizer", "mmlu", "checkpoint"))
+    one_process = ("--pipeline-model-parallel-size", "1")  # the PP=2 checkpoint, resharded on load
+    assert_ok(evaluate("--task", "mmlu", "--task-data-path", mmlu, "--load", ckpt, "--tokenizer-name-or-path", tok,
+                       *one_process))
+    # the report lands next to the checkpoint when no path is given
+    subjects = json.loads((Path(ckpt) / "evaluation_results.json").read_text())["results"][0]["subjects"]
+    accuracy = {name: subjects[name]["accuracy"] for name in ("seen", "held_out")}
+    assert subjects["seen"]["samples"] == subjects["held_out"]["samples"] == 8, subjects
+    assert accuracy["seen"] == 1.0, (accuracy, memorised["losses"][-5:])
+    assert accuracy["held_out"] <= 0.5, accuracy

@@ -175,14 +175,12 @@ def test_layouts_give_the_single_process_rewards(tmp_path, prompts, orm, tp1_rol
 
 
 @pytest.mark.engine
-def test_a_checkpoint_without_score_head_is_refused(tmp_path, prompts):  # noqa: F811
-    lm = tmp_path / "lm"
-    run(tmp_path, {**TINY, "model": MODEL, "training": {**TINY["training"], "trainIters": 1},
-                   "checkpoint": {"save": str(lm)}})
-    cfg = rm_config(prompts, lm, trainIters=1)
+def test_a_checkpoint_without_score_head_is_refused(tmp_path, prompts, base):  # noqa: F811
+    """A language model's checkpoint (conftest.py's ``base``) as the reward model: refused, naming it."""
+    cfg = rm_config(prompts, base, trainIters=1)
     path = tmp_path / "refused.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, "-m", "ascend_engine.cli", "train", "--config", str(path)],
                           capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode != 0
-    assert f"{lm}: not a reward model" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    assert f"{base}: not a reward model" in proc.stderr + proc.stdout, proc.stderr[-3000:]

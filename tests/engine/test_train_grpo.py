@@ -80,15 +80,6 @@ def grpo_config(prompts, **grpo) -> dict:
                      "verifierFunction": ["grpo_toy_reward:letter_share"], **grpo}}
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """The starting checkpoint: one pretraining step on synthetic tokens."""
-    tmp = tmp_path_factory.mktemp("base")
-    run(tmp, {**TINY, "model": MODEL, "training": {**TINY["training"], "trainIters": 1},
-              "checkpoint": {"save": str(tmp / "ckpt")}})
-    return tmp / "ckpt"
-
-
 FULL = {"klCoef": 0.05, "policyUpdates": 2}  # reference model, rollout log-probs as old ones, the clip
 
 

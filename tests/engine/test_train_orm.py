@@ -62,17 +62,19 @@ def _config(root: Path, model: dict, tp: int, load: str, save: str | None, pp: i
     return path
 
 
-def _launch(config: Path, procs: int, mode: str) -> dict:
+def _launch(procs: int, mode: str, *configs: Path) -> list[dict]:
+    """One process, or one torchrun of ``procs``, that runs ``mode`` on each config in turn; their results."""
     from test_train_torchrun import free_port
 
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
     launcher = [sys.executable] if procs == 1 else [
         str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(procs), "--master-addr", "127.0.0.1",
         "--master-port", str(free_port())]
-    proc = subprocess.run([*launcher, __file__, str(config), mode], capture_output=True, text=True, timeout=300,
-                          env={**env, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run([*launcher, __file__, mode, *map(str, configs)], capture_output=True, text=True,
+                          timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    runs = dict(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('["'))
+    return [runs[str(config)] for config in configs]
 
 
 @pytest.fixture(scope="module")
@@ -88,17 +90,18 @@ def trained(tmp_path_factory):
     hf_config = json.loads((root / "lm" / "config.json").read_text())
     model = model_config_from_hf(hf_config, "config.json").to_yaml_dict()
     _write_pairs(root, hf_config["vocab_size"])
-    tp2 = _launch(_config(root, model, 2, str(root / "lm_tp2"), str(root / "orm_tp2")), 2, "train")
+    (tp2,) = _launch(2, "train", _config(root, model, 2, str(root / "lm_tp2"), str(root / "orm_tp2")))
     assert main(["convert", "--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", str(root / "orm_tp2"),
                  "--save-dir", str(root / "orm_hf"), "--model-type-hf", "qwen3",
                  "--tokenizer-model", str(root / "lm")]) == 0
     assert main(["convert", "--load-model-type", "mg", "--save-model-type", "mg", "--load-dir", str(root / "orm_tp2"),
                  "--save-dir", str(root / "orm_tp1"), "--padded-vocab-size", "384"]) == 0  # TP=1's padding
-    tp1 = _launch(_config(root, model, 1, str(root / "orm_tp1"), None), 1, "score")
     assert main(["convert", "--load-model-type", "mg", "--save-model-type", "mg", "--load-dir", str(root / "orm_tp2"),
                  "--save-dir", str(root / "orm_pp2"), "--target-pipeline-parallel-size", "2",
                  "--padded-vocab-size", "384"]) == 0
-    pp2 = _launch(_config(root, model, 1, str(root / "orm_pp2"), None, pp=2), 2, "score")
+    # one torchrun scores both (TP=1's two processes are data-parallel replicas; the first one reports)
+    tp1, pp2 = _launch(2, "score", _config(root, model, 1, str(root / "orm_tp1"), None),
+                       _config(root, model, 1, str(root / "orm_pp2"), None, pp=2))
     return root, tp2, tp1, pp2
 
 
@@ -139,15 +142,24 @@ def test_orm_export_scores_match_transformers(trained):
     np.testing.assert_allclose(batched.tolist(), theirs[:2], atol=1e-4, rtol=1e-4)
 
 
-def _worker(config: str, mode: str) -> None:
-    """train: STEPS optimizer steps, save, then score; score: the loaded checkpoint's rewards only. Prints the
-    step metrics, every reply's tokens (up to its last real token) and reward."""
+def _worker(mode: str, configs: list[str]) -> None:
+    """For each config in turn (the process group kept, Megatron's groups rebuilt): train: STEPS optimizer steps,
+    save, then score; score: the loaded checkpoint's rewards only. Prints ``[config, result]``: the step metrics,
+    every reply's tokens (up to its last real token) and reward."""
+    from ascend_engine.parallel import destroy_parallel
+
+    for config in configs:
+        _run(config, mode)
+    destroy_parallel()
+
+
+def _run(config: str, mode: str) -> None:
+    from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.models.score_head import last_token_index
-    from ascend_engine.parallel import destroy_parallel
     from ascend_engine.train.loop import Trainer
     from ascend_engine.train.stages.base import model_inputs
     from ascend_engine.train.stages.reward import sequence_rewards
@@ -174,9 +186,10 @@ def _worker(config: str, mode: str) -> None:
     ends = last_token_index(batch["loss_mask"])
     tokens = [row[: int(end) + 1].tolist() for row, end in zip(batch["tokens"], ends)]
     if results and trainer.info.tp_rank == 0 and trainer.info.dp_rank == 0:  # the last pipeline stage
-        print(json.dumps({"metrics": metrics, "rewards": results[0]["rewards"].tolist(), "tokens": tokens}))
-    destroy_parallel()
+        result = {"metrics": metrics, "rewards": results[0]["rewards"].tolist(), "tokens": tokens}
+        print(json.dumps([config, result]), flush=True)
+    parallel_state.destroy_model_parallel()
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2])
+    _worker(sys.argv[1], sys.argv[2:])

@@ -8,7 +8,7 @@ the vocabulary, so at TP=2 their logits live on different ranks. Every sample ha
 step's loss is the mean over all its placeholders whatever the micro-batch split. Checks: the loss at step 0
 equals the cross-entropy of transformers' logits restricted to the two reward columns at the placeholders; TP=2
 and PP=2 loss and accuracy curves equal TP=1's within 1e-5 relative (fp32); the step accuracy reaches 1.0.
-Run as a script, this file is the worker.
+Run as a script, this file is the worker; one torchrun trains the TP=2 and the PP=2 run.
 """
 from __future__ import annotations
 
@@ -91,17 +91,19 @@ def _config(root: Path, model: dict, tp: int, pp: int) -> Path:
     return path
 
 
-def _launch(config: Path, procs: int) -> list[dict]:
+def _launch(procs: int, *configs: Path) -> list[list[dict]]:
+    """One process, or one torchrun of ``procs``, that trains each config in turn; their step metrics."""
     from test_train_torchrun import free_port
 
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
     launcher = [sys.executable] if procs == 1 else [
         str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(procs), "--master-addr", "127.0.0.1",
         "--master-port", str(free_port())]
-    proc = subprocess.run([*launcher, __file__, str(config)], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([*launcher, __file__, *map(str, configs)], capture_output=True, text=True, timeout=300,
                           env={**env, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    runs = dict(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('["'))
+    return [runs[str(config)] for config in configs]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +123,9 @@ def runs(tmp_path_factory):
     for tp, pp in layouts:
         assert main(["convert", "--load-dir", str(root / "lm"), "--save-dir", str(root / f"lm_tp{tp}_pp{pp}"),
                      "--target-tensor-parallel-size", str(tp), "--target-pipeline-parallel-size", str(pp)]) == 0
-    metrics = {layout: _launch(_config(root, model, *layout), procs) for layout, procs in layouts.items()}
-    return hf, samples, metrics
+    (single,) = _launch(1, _config(root, model, 1, 1))
+    tp2, pp2 = _launch(2, _config(root, model, 2, 1), _config(root, model, 1, 2))  # one torchrun, both layouts
+    return hf, samples, {(1, 1): single, (2, 1): tp2, (1, 2): pp2}
 
 
 @pytest.mark.engine
@@ -153,22 +156,27 @@ def test_prm_layouts_agree_and_learn(runs):
     assert losses[-1] < losses[0] / 4, losses
 
 
-def _worker(config: str) -> None:
-    """ITERS optimizer steps; prints each step's metrics from the rank that holds them."""
+def _worker(configs: list[str]) -> None:
+    """ITERS optimizer steps of each config in turn (the process group kept, Megatron's groups rebuilt); prints
+    ``[config, each step's metrics]`` per config from the rank that holds them."""
+    from megatron.core import parallel_state
+
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.parallel import destroy_parallel
     from ascend_engine.train.loop import Trainer
 
-    trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(config))), select_backend("cpu"))
-    metrics = []
-    for _ in range(ITERS):
-        trainer.train_step()
-        metrics.append(trainer.last_metrics)
-    if torch.distributed.is_initialized() is False or torch.distributed.get_rank() == 0:
-        print(json.dumps(metrics))
+    for config in configs:
+        trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(config))), select_backend("cpu"))
+        metrics = []
+        for _ in range(ITERS):
+            trainer.train_step()
+            metrics.append(trainer.last_metrics)
+        if torch.distributed.is_initialized() is False or torch.distributed.get_rank() == 0:
+            print(json.dumps([config, metrics]), flush=True)
+        parallel_state.destroy_model_parallel()
     destroy_parallel()
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1])
+    _worker(sys.argv[1:])
