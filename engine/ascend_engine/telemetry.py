@@ -92,6 +92,7 @@ class Metrics:
         self.series: list[dict[str, Any]] = []
         self._fetched = threading.Condition()
         self._fetched_iteration: int | None = None  # the newest point a reader has fetched
+        self._read = False  # a reader (the operator) has fetched the series, even while it was still empty
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
@@ -127,6 +128,7 @@ class Metrics:
     def _fetch_series(self) -> list[dict[str, Any]]:
         with self._fetched:
             points = list(self.series)
+            self._read = True
             if points:
                 self._fetched_iteration = points[-1]["iteration"]
                 self._fetched.notify_all()
@@ -134,9 +136,10 @@ class Metrics:
 
     def _wait_for_reader(self) -> None:
         """Keep the endpoint up until a reader that has been fetching the series has its newest points (bounded),
-        so the dashboard's history ends with the run's last logged iterations."""
+        so the dashboard's history ends with the run's last logged iterations: also those of a run shorter than
+        the operator's reading interval, whose reader only ever saw the series empty."""
         with self._fetched:
-            if self._fetched_iteration is None or not self.series:
+            if not self._read or not self.series:
                 return  # nobody reads it (a run outside Kubernetes)
             self._fetched.wait_for(lambda: self._fetched_iteration == self.series[-1]["iteration"],
                                    timeout=SERIES_FLUSH_SECONDS)

@@ -30,7 +30,8 @@ def _job(**spec):
 
 
 def test_train_and_trainer_exclude_each_other_in_the_crd_and_the_model():
-    both = _job(trainer=TRAINER, train={"model": {"numLayers": 2}})
+    # A batch valid for 2 x 8 ranks, so the exclusion is the only problem.
+    both = _job(trainer=TRAINER, train={"model": {"numLayers": 2}, "training": {"globalBatchSize": 16}})
     problems = validate_text(yaml.safe_dump(both), "job.yaml")[1]
     assert [(p.field, p.message) for p in problems] == [
         ("spec.trainer", "Forbidden: train and trainer exclude each other: train runs the engine, trainer runs "

@@ -110,6 +110,9 @@ class Trainer:
         if self.info.rank == 0 and cfg.observability.metricsPort:
             self.metrics = Metrics()
             self.metrics.serve(cfg.observability.metricsPort)
+            # Figures from the start, so the operator reads the series (still empty) and the run waits at its end
+            # until the operator has the last points, however short the run.
+            self.metrics.set(trainIters=t.trainIters)
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
