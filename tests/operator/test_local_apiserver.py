@@ -178,6 +178,7 @@ def test_watch_resumes_and_follows_label_selector(api_client):
 
 
 def test_kopf_operator_runs_against_it(api_client, local_api, tmp_path: Path, monkeypatch):
+    import kopf
     from kopf.testing import KopfRunner
 
     client.ApiextensionsV1Api(api_client).create_custom_resource_definition(WIDGET_CRD)
@@ -185,6 +186,10 @@ def test_kopf_operator_runs_against_it(api_client, local_api, tmp_path: Path, mo
     operator_file.write_text(f'''
 import kopf
 from kubernetes import client, config
+
+@kopf.on.login()
+def login(**kwargs):
+    return kopf.login_via_client(**kwargs)
 
 @kopf.on.startup()
 def configure(settings, **_):
@@ -204,14 +209,20 @@ def create_fn(spec, name, namespace, body, patch, **_):
     monkeypatch.setattr("kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig"))
     custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
     args = ["run", "--standalone", "--all-namespaces", "--verbose", str(operator_file)]
-    with KopfRunner(args, timeout=60) as runner:
-        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, widget("k1", size=2))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            obj = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "k1")
-            if (obj.get("status") or {}).get("phase") == "Made":
-                break
-            time.sleep(0.2)
+    # A registry of its own: the suite imports our operator's handlers, which kopf's default registry then holds
+    # (their start-up would configure this widget operator as ours).
+    ours = kopf.get_default_registry()
+    try:
+        with KopfRunner(args, timeout=60, registry=kopf.OperatorRegistry()) as runner:
+            custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, widget("k1", size=2))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                obj = custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "k1")
+                if (obj.get("status") or {}).get("phase") == "Made":
+                    break
+                time.sleep(0.2)
+    finally:
+        kopf.set_default_registry(ours)
     assert runner.exception is None, runner.output
     assert obj["status"]["phase"] == "Made", runner.output
     assert core.read_namespaced_config_map("k1-cm", "default").data == {"size": "2"}
