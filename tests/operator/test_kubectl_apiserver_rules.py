@@ -95,6 +95,69 @@ def test_resources_ids_node_selector_and_env_from_are_checked_as_kube_apiserver_
     assert "env[0]" not in result.stderr
 
 
+# (field, words) of faults in what a job's template passes through (affinity, volumes, mounts, env references,
+# security contexts): kube-apiserver 1.32 refuses each of them; a scheduler or kubelet would never see the pod.
+PASSTHROUGH_FAULTS = [
+    ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchExpressions[0].operator", 'Invalid value: "Equals": not a valid selector operator'),
+    ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+     "Invalid value: 0: must be in the range 1-100"),
+    ("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+     "Required value: can not be empty"),
+    ("spec.volumes[0].hostPath.type", 'Unsupported value: "Dir"'),
+    ("spec.volumes[1].configMap.items[0].path", "Invalid value: \"../escape\": must not contain '..'"),
+    ("spec.volumes[2].persistentVolumeClaim.claimName", "Required value"),
+    ("spec.containers[0].volumeMounts.subPath", 'Invalid value: "/abs": must be a relative path'),
+    ("spec.containers[0].volumeMounts[1].mountPropagation", "Forbidden: Bidirectional mount propagation is "
+                                                            "available only to privileged containers"),
+    ("spec.containers[0].env[0].valueFrom.fieldRef.fieldPath", 'Invalid value: "spec.bogus": error converting '
+                                                               "fieldPath: field label not supported: spec.bogus"),
+    ("spec.containers[0].env[1].valueFrom.secretKeyRef.key", 'Invalid value: "a/b": a valid config key'),
+    ("spec.containers[0].envFrom[0].configMapRef.name", 'Invalid value: "Tuning_Values": a lowercase RFC 1123'),
+    ("spec.containers[0].securityContext.seccompProfile.localhostProfile", "Required value: must be set when "
+                                                                           "seccomp type is Localhost"),
+    ("spec.containers[0].securityContext.procMount", 'Unsupported value: "Bogus"'),
+    ("spec.securityContext.sysctls[1].name", 'Duplicate value: "kernel.shm_rmid_forced"'),
+    ("spec.securityContext.fsGroupChangePolicy", 'Unsupported value: "Sometimes"'),
+]
+
+
+def test_what_a_job_passes_through_to_its_pods_is_held_to_kube_apiservers_pod_rules(cluster):
+    pod = _pod("passthrough", affinity={
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "Equals", "values": ["a"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 0, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": ""}]}},
+        volumes=[{"name": "host", "hostPath": {"path": "/data", "type": "Dir"}},
+                 {"name": "cfg", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "../escape"}]}},
+                 {"name": "claim", "persistentVolumeClaim": {"claimName": ""}}],
+        securityContext={"fsGroupChangePolicy": "Sometimes", "sysctls": [
+            {"name": "kernel.shm_rmid_forced", "value": "1"}, {"name": "kernel.shm_rmid_forced", "value": "0"}]},
+        container={"volumeMounts": [{"name": "cfg", "mountPath": "/cfg", "subPath": "/abs"},
+                                    {"name": "host", "mountPath": "/host", "mountPropagation": "Bidirectional"}],
+                   "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "spec.bogus"}}},
+                           {"name": "B", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "a/b"}}}],
+                   "envFrom": [{"configMapRef": {"name": "Tuning_Values"}}],
+                   "securityContext": {"seccompProfile": {"type": "Localhost"}, "procMount": "Bogus"}})
+    result = _apply(cluster, pod)
+    assert result.returncode != 0 and 'The Pod "passthrough" is invalid' in result.stderr, result.stderr
+    for field, words in PASSTHROUGH_FAULTS:
+        assert f"{field}: {words}" in result.stderr, (field, result.stderr)
+    sound = _pod("passthrough-ok", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        volumes=[{"name": "cfg", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "conf/k"}]}}],
+        container={"volumeMounts": [{"name": "cfg", "mountPath": "/cfg", "subPath": "conf", "readOnly": True,
+                                     "recursiveReadOnly": "IfPossible"}],
+                   "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                           {"name": "TEAM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['team']"}}}],
+                   "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}})
+    result = _apply(cluster, sound, "--dry-run=server")
+    assert result.returncode == 0, result.stderr
+
+
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
     pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
     strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict

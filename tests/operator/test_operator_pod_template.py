@@ -23,6 +23,11 @@ REFUSED = [  # (job, spec, reason, what the message says)
     ("tol", {"tolerations": [{"key": "npu", "operator": "Equals", "effect": "NoSchedule"}]}, "InvalidPodTemplate",
      'creating Pod/tol-0-0 failed: Pod "tol-0-0" is invalid: spec.tolerations[0].operator: Unsupported value: '
      '"Equals": supported values: "Equal", "Exists"'),
+    ("aff", {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": ""}]}}}, "InvalidPodTemplate",
+     # kube-apiserver also says that "" is no qualified name: two causes, listed in brackets
+     'creating Pod/aff-0-0 failed: Pod "aff-0-0" is invalid: [spec.affinity.podAntiAffinity.'
+     "requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty"),
     ("hp", {"volumes": [{"name": "drv", "hostPath": {"path": "/usr/local/Ascend"}}]}, "PolicyViolation",
      "spec.volumes[0] (drv): Forbidden: hostPath volumes are denied by this operator's policy"),
     # An unknown field: the operator creates pods with fieldValidation=Strict, so the server refuses it instead of

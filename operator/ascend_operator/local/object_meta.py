@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .pod_validation import label_errors, qualified_name_errors
+from .label_rules import label_errors, qualified_name_errors
 
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 
