@@ -158,6 +158,45 @@ def test_what_a_job_passes_through_to_its_pods_is_held_to_kube_apiservers_pod_ru
     assert result.returncode == 0, result.stderr
 
 
+def test_configmaps_secrets_services_leases_and_metadata_are_held_to_kube_apiservers_rules(cluster):
+    def create(obj: dict) -> subprocess.CompletedProcess:
+        path = cluster.root / f"{obj['metadata']['name']}.json"
+        path.write_text(json.dumps(obj))
+        return kubectl(cluster, "create", "-f", str(path), check=False)
+
+    def refused(obj: dict, *words: str) -> None:
+        result = create(obj)
+        assert result.returncode != 0 and all(w in result.stderr for w in words), (words, result.stderr)
+
+    meta = {"namespace": "default"}
+    refused({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keys", **meta},
+             "data": {"a/b": "1", "c": "2"}, "binaryData": {"c": "Mg=="}},
+            'data[a/b]: Invalid value: "a/b": a valid config key must consist of alphanumeric characters',
+            'data[c]: Invalid value: "c": duplicate of key present in binaryData')
+    refused({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "over-a-mib", **meta},
+             "data": {"a": "x" * (1024 * 1024), "b": "y"}}, ": Too long: must have at most 1048576 bytes")
+    refused({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "over-a-mib", **meta},
+             "stringData": {"a": "x" * (1024 * 1024 + 1)}}, "data: Too long: must have at most 1048576 bytes")
+    # Past kube-apiserver's request limit (3 MiB) the body is not even read: 413, not a dropped connection or a 500.
+    refused({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "over-three", **meta},
+             "data": {"a": "x" * (3 * 1024 * 1024)}},
+            "(RequestEntityTooLarge)", "Request entity too large: limit is 3145728")
+    refused({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "owned", "finalizers": ["bad finalizer"],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": ""}], **meta}},
+        'metadata.ownerReferences.uid: Invalid value: "": uid must not be empty',
+        'metadata.finalizers: Invalid value: "bad finalizer": name part must consist of')
+    refused({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "port-zero", **meta},
+             "spec": {"ports": [{"port": 0}]}},
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive")
+    refused({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "never", **meta},
+             "spec": {"leaseDurationSeconds": 0}},
+            "spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0")
+    # Just under the limits is a ConfigMap kube-apiserver stores (aiohttp's default would have refused its body).
+    assert create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a-mib", **meta},
+                   "data": {"a": "x" * (1024 * 1024 - 8)}}).returncode == 0
+
+
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
     pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
     strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict

@@ -40,6 +40,7 @@ from .object_selectors import SelectorError, field_selector, label_selector
 from . import server_side_apply
 from .patches import PatchError, json_patch, merge_patch
 from .object_meta import metadata_errors
+from .core_object_rules import object_rules_errors
 from .pod_validation import pod_spec_errors, quantity_error
 from .pod_logs import serve_log
 from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceType
@@ -47,6 +48,9 @@ from .resource_types import BUILTIN_TYPES, INITIAL_NAMESPACES, VERBS, ResourceTy
 logger = logging.getLogger(__name__)
 
 ObjectKey = tuple[tuple[str, str, str], str | None, str]  # (type key, namespace, name)
+# kube-apiserver's MaxRequestBodyBytes: a larger body is answered 413 before it is decoded (aiohttp's own default,
+# 1 MiB, would refuse a ConfigMap that kube-apiserver takes, and as a 500).
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 EVENT_LOG_LIMIT = 50_000  # watch events kept for resuming; older resourceVersions answer 410 Gone
 
 
@@ -252,6 +256,9 @@ class LocalKubernetesApi(KubernetesEmulator):
             return response
         except ApiError as exc:
             return exc.response()
+        except aiohttp.web.HTTPRequestEntityTooLarge:
+            return ApiError(413, "RequestEntityTooLarge",
+                            f"Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}").response()
         except (SelectorError, PatchError, field_validation.FieldValidationError) as exc:
             return ApiError(400, "BadRequest", str(exc)).response()
         except Exception as exc:  # a bug here must reach the client as a 500, not a dropped connection
@@ -488,6 +495,8 @@ class LocalKubernetesApi(KubernetesEmulator):
             obj = checked.pruned(obj)
             errors += checked.errors
         errors += metadata_errors(obj)
+        if rt.schema is None and rt.crd_name is None:
+            errors += object_rules_errors(rt.group, rt.plural, obj)
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
             if problem := quantity_error(obj):
                 raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
@@ -887,6 +896,11 @@ class LocalKubernetesApi(KubernetesEmulator):
             self._wake.set()
 
 
+def _request_factory(message, payload, protocol, writer, task) -> aiohttp.web.BaseRequest:
+    return aiohttp.web.BaseRequest(message, payload, protocol, writer, task, asyncio.get_running_loop(),
+                                   client_max_size=MAX_REQUEST_BODY_BYTES)
+
+
 class LocalApiServer:
     """``LocalKubernetesApi`` served on 127.0.0.1 from a background thread with its own event loop.
 
@@ -939,7 +953,8 @@ class LocalApiServer:
         if self._state_file is not None:
             persistence.load(self.api, self._state_file)
         async with self.api:
-            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api), shutdown_timeout=2.0)
+            runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api, request_factory=_request_factory),
+                                              shutdown_timeout=2.0)
             await runner.setup()
             site = aiohttp.web.TCPSite(runner, self.host, self._requested_port)
             await site.start()

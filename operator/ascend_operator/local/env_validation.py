@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .core_object_rules import config_key_messages
 from .label_rules import qualified_name_errors, quoted as _q
 from .object_names import format_errors
 
@@ -25,9 +26,6 @@ _ENV_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.node
                "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs")
 _RESOURCE_FIELDS = ("limits.cpu", "limits.ephemeral-storage", "limits.memory", "requests.cpu",
                     "requests.ephemeral-storage", "requests.memory")
-_CONFIG_KEY = "[-._a-zA-Z0-9]+"
-_CONFIG_KEY_MESSAGE = ("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name', "
-                       f" or 'KEY_NAME',  or 'key-name', regex used for validation is '{_CONFIG_KEY}')")
 _SUBSCRIPTED = re.compile(r"(metadata\.(?:annotations|labels))\['(.*)'\]")
 
 
@@ -36,17 +34,7 @@ def _name_errors(field: str, name: str) -> Errors:
 
 
 def _config_key_errors(field: str, key: str) -> Errors:
-    """apimachinery's ``IsConfigMapKey``."""
-    messages = []
-    if len(key) > 253:
-        messages.append("must be no more than 253 characters")
-    if not re.fullmatch(_CONFIG_KEY, key):
-        messages.append(_CONFIG_KEY_MESSAGE)
-    if key in (".", ".."):
-        messages.append(f"must not be '{key}'")
-    elif key.startswith(".."):
-        messages.append("must not start with '..'")
-    return [(field, f"{field}: Invalid value: {_q(key)}: {m}") for m in messages]
+    return [(field, f"{field}: Invalid value: {_q(key)}: {m}") for m in config_key_messages(key)]
 
 
 def _field_ref_errors(at: str, ref: dict[str, Any]) -> Errors:
