@@ -197,6 +197,37 @@ def test_configmaps_secrets_services_leases_and_metadata_are_held_to_kube_apiser
                    "data": {"a": "x" * (1024 * 1024 - 8)}}).returncode == 0
 
 
+def test_built_in_objects_take_strategic_merge_patches_and_custom_resources_refuse_them(cluster):
+    """kubectl apply and kubectl patch send strategic merge patches for built-in kinds: a Service's ports merge by
+    port, as on kube-apiserver (a JSON merge patch would have replaced the list); a custom resource answers 415."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "merged", "namespace": "default"},
+               "spec": {"selector": {"app": "x"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                                                            {"name": "metrics", "port": 9400}]}}
+    assert _apply(cluster, service).returncode == 0
+    service["spec"]["ports"][0]["targetPort"] = 8081
+    applied = _apply(cluster, service)
+    assert applied.returncode == 0 and "configured" in applied.stdout, applied.stderr
+
+    def ports() -> list:
+        return json.loads(kubectl(cluster, "get", "svc", "merged", "-o", "json").stdout)["spec"]["ports"]
+
+    assert [(p["name"], p["port"], p.get("targetPort")) for p in ports()] == [("http", 80, 8081),
+                                                                              ("metrics", 9400, None)]
+    kubectl(cluster, "patch", "svc", "merged", "-p", '{"spec": {"ports": [{"name": "debug", "port": 5678}]}}')
+    assert [p["port"] for p in ports()] == [80, 9400, 5678]
+    kubectl(cluster, "patch", "svc", "merged", "-p", '{"spec": {"ports": [{"port": 5678, "$patch": "delete"}]}}')
+    assert [p["port"] for p in ports()] == [80, 9400]
+    duplicate = kubectl(cluster, "patch", "svc", "merged", "-p", '{"spec": {"ports": [{"name": "http", "port": 81}]}}',
+                        check=False)
+    assert duplicate.returncode != 0 and 'spec.ports[2].name: Duplicate value: "http"' in duplicate.stderr
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"]["name"] = "no-strategic"
+    assert _apply(cluster, job).returncode == 0
+    refused = kubectl(cluster, "patch", "atj", "no-strategic", "-p", '{"spec": {"runPolicy": {"backoffLimit": 2}}}',
+                      check=False)
+    assert refused.returncode != 0 and "application/merge-patch+json" in refused.stderr, refused.stderr
+
+
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
     pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
     strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict

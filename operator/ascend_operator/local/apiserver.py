@@ -3,7 +3,7 @@
 kmock gives the aiohttp plumbing, error rendering and discovery (``/api``, ``/apis``, ``/apis/<g>/<v>``).
 ``LocalKubernetesApi`` replaces its object handling with the parts of the real API server that operators and
 tools rely on: object metadata (uid, resourceVersion, generation, generateName, timestamps), PUT and PATCH
-(merge, strategic-merge treated as merge, JSON patch), the ``/status`` subresource, label and field selectors,
+(merge, strategic merge, JSON patch), the ``/status`` subresource, label and field selectors,
 watches that resume from a resourceVersion, finalizers, owner-reference garbage collection, CRDs that register
 their resources at once, and custom objects pruned, defaulted and validated (OpenAPI schema and CEL rules).
 
@@ -37,7 +37,7 @@ from . import core_schemas, dry_run, list_pages, openapi, persistence, protobuf_
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
 from .object_selectors import SelectorError, field_selector, label_selector
-from . import server_side_apply
+from . import server_side_apply, strategic_merge_patch
 from .patches import PatchError, json_patch, merge_patch
 from .object_meta import metadata_errors
 from .core_object_rules import object_rules_errors
@@ -51,6 +51,8 @@ ObjectKey = tuple[tuple[str, str, str], str | None, str]  # (type key, namespace
 # kube-apiserver's MaxRequestBodyBytes: a larger body is answered 413 before it is decoded (aiohttp's own default,
 # 1 MiB, would refuse a ConfigMap that kube-apiserver takes, and as a 500).
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+_NO_STRATEGIC_MERGE = ("the body of the request was in an unknown format - accepted media types include: "
+                       "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
 EVENT_LOG_LIMIT = 50_000  # watch events kept for resuming; older resourceVersions answer 410 Gone
 
 
@@ -532,10 +534,14 @@ class LocalKubernetesApi(KubernetesEmulator):
         current = self._get(rt, key)
         if content_type == "application/json-patch+json":
             new = json_patch(current, body)
-        elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json",
-                              "application/json"):
-            # Differs from a real API server: a strategic merge patch is applied as a JSON merge patch
-            # (lists replace instead of merging by key; no $patch directives).
+        elif content_type == "application/strategic-merge-patch+json":
+            if rt.schema is not None or rt.crd_name is not None:  # custom resources have no patch strategies
+                raise ApiError(415, "UnsupportedMediaType", _NO_STRATEGIC_MERGE)
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "a strategic merge patch must be a JSON object")
+            self._check_precondition(rt, current, (body.get("metadata") or {}).get("resourceVersion"))
+            new = strategic_merge_patch.apply(current, body, core_schemas.kind_schema(rt.group, rt.version, rt.kind))
+        elif content_type in ("application/merge-patch+json", "application/json"):
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
             self._check_precondition(rt, current, (body.get("metadata") or {}).get("resourceVersion"))

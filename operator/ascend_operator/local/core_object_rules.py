@@ -75,12 +75,21 @@ def secret_errors(obj: dict[str, Any]) -> Errors:
 
 
 def service_errors(obj: dict[str, Any]) -> Errors:
+    """Ports: numbers in range, names unique and required once there is more than one port."""
     errors: Errors = []
-    for i, port in enumerate((obj.get("spec") or {}).get("ports") or []):
-        number = port.get("port")
+    ports = (obj.get("spec") or {}).get("ports") or []
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        number, name = port.get("port"), port.get("name") or ""
         if isinstance(number, int) and not 1 <= number <= 65535:
             field = f"spec.ports[{i}].port"
             errors.append((field, f"{field}: Invalid value: {number}: must be between 1 and 65535, inclusive"))
+        field = f"spec.ports[{i}].name"
+        if len(ports) > 1 and not name:
+            errors.append((field, f"{field}: Required value"))
+        elif name in names:
+            errors.append((field, f"{field}: Duplicate value: {_q(name)}"))
+        names.add(name)
     return errors
 
 

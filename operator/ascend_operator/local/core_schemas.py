@@ -69,6 +69,23 @@ def _schema(group: str, version: str, kind: str) -> dict[str, Any] | None:
         return None
 
 
+def kind_schema(group: str, version: str, kind: str) -> dict[str, Any] | None:
+    """A built-in kind's OpenAPI schema (its ``x-kubernetes-patch-*`` extensions included), None for no such kind."""
+    return _schema(group, version, kind)
+
+
+def resolved(node: dict[str, Any] | None) -> dict[str, Any]:
+    """``node`` with its ``$ref`` (or a single ``allOf``'s) followed into the shared definitions."""
+    node = node or {}
+    while True:
+        if "$ref" in node:
+            node = _definitions()["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        elif len(node.get("allOf") or []) == 1 and "properties" not in node:
+            node = node["allOf"][0]
+        else:
+            return node
+
+
 @functools.cache
 def _validator(group: str, version: str, kind: str) -> jsonschema.Draft202012Validator | None:
     """The validator of one built-in kind, built once; None when Kubernetes has no such kind in this version."""
