@@ -33,6 +33,7 @@ from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, 
 from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods
 from ..kubeclient import STOPPING, ShuttingDown
+from ..object_cache import JOBS
 from ..pod_cache import JobKey, PodCache
 from ..pod_informer import PodInformer
 from ..progress import scrape, scrape_events, scrape_series
@@ -252,8 +253,41 @@ def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dic
     return {**status, "phase": "Suspended", "conditions": conditions}
 
 
+def _read(key: JobKey) -> dict[str, Any] | None:
+    """The job as last seen (``object_cache``), else as the server has it now."""
+    obj = JOBS.get(key)
+    if obj is None:
+        obj = kube().get_custom(*key)
+        if obj is not None:
+            JOBS.observe(key, obj)
+    return obj
+
+
+def _write_status(key: JobKey, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Patch the status decided on ``obj``, only if the job is still at ``obj``'s resourceVersion. False: it moved
+    on (409: queued to be read and decided again) or is gone (404)."""
+    try:
+        JOBS.observe(key, kube().patch_status(*key, status, obj["metadata"].get("resourceVersion")))
+        return True
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+        JOBS.forget(key)
+        if e.status == 409:
+            QUEUE.add(key)
+        return False
+
+
+def _said_by_created_event(previous: dict[str, Any], status: dict[str, Any], why: dict[str, Any]) -> bool:
+    """A new job's first status (Pending because its objects were just created): the Created event this reconcile
+    posted says the same, and a second event with the same message would cost a request a job for nothing."""
+    return not previous.get("phase") and status["phase"] == "Pending" and why.get("type") == "Created" \
+        and why.get("status") == "True" and why.get("message", "").startswith("created ")
+
+
 def _reconcile(job: JobKind, namespace: str, name: str) -> None:
-    obj = kube().get_custom(job.kind.kind, namespace, name)
+    key = (job.kind.kind, namespace, name)
+    obj = _read(key)
     if obj is None:
         forget(job, namespace, name)
         return
@@ -290,9 +324,10 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     if status.get("progress") and status.get("progress") != previous.get("progress"):
         history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
-        kube().patch_status(job.kind.kind, namespace, name, status)
-        if status["phase"] != previous.get("phase"):
-            why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+        if not _write_status(key, obj, status):
+            return
+        why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+        if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status, why):
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
@@ -397,6 +432,7 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
+    JOBS.forget((job.kind.kind, namespace, name))
     PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
     stalls.forget((job.kind.kind, namespace, name))
@@ -469,11 +505,13 @@ def register(job: JobKind) -> None:
     _KINDS[kind.kind] = job
 
     @kopf.on.event(API_GROUP, API_VERSION, kind.plural, id=f"follow-{kind.singular}")
-    def job_changed(type, body, name, namespace, **_) -> None:
-        """New objects, spec changes and the listing at operator start-up; our own status patches are skipped."""
+    def job_changed(type, body, name, namespace, event, **_) -> None:
+        """New objects, spec changes and the listing at operator start-up; our own status patches are only
+        remembered (``object_cache``)."""
         if type == "DELETED":
             forget(job, namespace, name)
             return
+        JOBS.observe((kind.kind, namespace, name), event["object"])
         status = body.get("status") or {}
         phase = status.get("phase")
         _KNOWN.setdefault((kind.kind, namespace, name), (job, True))
