@@ -278,11 +278,12 @@ def _write_status(key: JobKey, obj: dict[str, Any], status: dict[str, Any]) -> b
         return False
 
 
-def _said_by_created_event(previous: dict[str, Any], status: dict[str, Any], why: dict[str, Any]) -> bool:
-    """A new job's first status (Pending because its objects were just created): the Created event this reconcile
-    posted says the same, and a second event with the same message would cost a request a job for nothing."""
-    return not previous.get("phase") and status["phase"] == "Pending" and why.get("type") == "Created" \
-        and why.get("status") == "True" and why.get("message", "").startswith("created ")
+def _said_by_created_event(previous: dict[str, Any], status: dict[str, Any]) -> bool:
+    """A new job's first status, Pending because its objects were just created: the Created event this reconcile
+    posted says so already, and a second event would cost a request a job for nothing."""
+    created = condition(status, "Created") or {}
+    return not previous.get("phase") and status["phase"] == "Pending" and created.get("status") == "True" \
+        and created.get("message", "").startswith("created ")
 
 
 def _reconcile(job: JobKind, namespace: str, name: str) -> None:
@@ -326,8 +327,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     if status != previous:
         if not _write_status(key, obj, status):
             return
-        why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
-        if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status, why):
+        if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status):
+            why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
