@@ -259,9 +259,16 @@ class Kube:
                 raise
 
     @uses_on_kinds("/status", "patch")
-    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name) + "/status",
-                                            {"status": status}))
+    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any],
+                     resource_version: str | None = None) -> dict[str, Any]:
+        """Merge ``status`` into the object's; the object as the server stored it. With ``resource_version``, only
+        if the object is still at that version: else 409 Conflict, not retried (the status was decided on an
+        object that has changed since, and has to be decided again)."""
+        patch: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name) + "/status", patch),
+                         retry_conflict=resource_version is None)
 
     @cached_property
     def _events(self) -> EventCorrelator:

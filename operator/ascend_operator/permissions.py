@@ -31,8 +31,8 @@ def uses_on_kinds(subresource: str, *verbs: str) -> Callable[[F], F]:
     return lambda fn: fn
 
 
-# kopf: watch and patch the custom resources (finalizers, annotations, status), post events, discover resources.
-# kopf writes with merge patches only (no "update", no reads of /status) and posts core/v1 Events only.
+# The job informers (job_informer.py) list and watch the custom resources; kopf may patch them (its annotations,
+# status) with merge patches only (no "update", no reads of /status), posts core/v1 Events and discovers resources.
 for _kind in KINDS:
     uses(API_GROUP, _kind.plural, "list", "watch", "patch")
     uses(API_GROUP, f"{_kind.plural}/status", "patch")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ValidationError
 from ascend_engine.config.loader import format_validation_error
 
 from ..kubeclient import Kube
+from ..object_cache import JOBS
 from . import pod_policy
 from ..status import now, set_condition
 
@@ -40,5 +41,6 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
 def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message: str) -> None:
     at = now()
     conditions = set_condition([], "Failed", "True", reason, message, at)
-    kube().patch_status(kind, namespace, name, {"phase": "Failed", "conditions": conditions, "completionTime": at})
+    JOBS.observe((kind, namespace, name), kube().patch_status(kind, namespace, name, {
+        "phase": "Failed", "conditions": conditions, "completionTime": at}))
     kube().post_event(body, reason, message, warning=True)

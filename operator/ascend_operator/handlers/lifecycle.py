@@ -1,12 +1,12 @@
 """One lifecycle for every kind: wait for dependencies, create the objects, follow the pods, restart the gang
 by policy, suspend and resume, finish and clean up, read progress, keep the result.
 
-A kind is declared once as a ``JobKind``; ``register`` wires the kopf handler for it: an event handler on the
-custom resource (create, spec change, operator start-up: kopf lists every object when it starts). Pods are
-followed by the operator's own informer (``pod_informer``: one watch for every kind's pods, cheaper per event
-than kopf's), which keeps the pod cache (``pod_cache``). Neither does the work itself: both queue the job's key
-on a work queue (``workqueue``) that a shared pool of workers serves, one reconcile per job at a time and one
-per burst of events, as controller-runtime does. A single sweep
+A kind is declared once as a ``JobKind``; ``register`` adds it to the kinds the operator follows. Jobs and pods
+are followed by the operator's own informers (``job_informer``: one watch per kind, every object kept in
+``object_cache`` so that a reconcile reads no job from the server; ``pod_informer``: one watch for every kind's
+pods, which keeps the pod cache, ``pod_cache``), both cheaper per event than kopf's. Neither does the work
+itself: both queue the job's key on a work queue (``workqueue``) that a shared pool of workers serves, one
+reconcile per job at a time and one per burst of events, as controller-runtime does. A single sweep
 (``sweeper``) queues live jobs every PROGRESS_INTERVAL for progress, deadlines, TTLs and dependencies, so no
 per-object kopf timer and hence no finalizer is needed: deleting a job never waits for the operator.
 
@@ -29,11 +29,14 @@ from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
 from .. import attempts, fan_out, history, infra_fault, metrics
-from ..api.group import API_GROUP, API_VERSION, LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
+from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
 from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods
 from ..kubeclient import STOPPING, ShuttingDown
+from ..object_cache import JOBS
 from ..pod_cache import JobKey, PodCache
+from ..informer import Informer
+from ..job_informer import JobInformer
 from ..pod_informer import PodInformer
 from ..progress import scrape, scrape_events, scrape_series
 from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
@@ -79,7 +82,7 @@ _KINDS: dict[str, JobKind] = {}
 PODS = PodCache()  # every job's pods, fed by the pod handler
 QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
 _workers: list[Workers] = []
-_informers: list[PodInformer] = []
+_informers: list[Informer] = []  # the pods' first: the workers wait until it has listed
 WATCHED_NAMESPACES: list[str] = []  # set by ``main`` from --namespace; empty: the whole cluster
 
 
@@ -252,8 +255,42 @@ def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dic
     return {**status, "phase": "Suspended", "conditions": conditions}
 
 
+def _read(key: JobKey) -> dict[str, Any] | None:
+    """The job as last seen (``object_cache``), else as the server has it now."""
+    obj = JOBS.get(key)
+    if obj is None:
+        obj = kube().get_custom(*key)
+        if obj is not None:
+            JOBS.observe(key, obj)
+    return obj
+
+
+def _write_status(key: JobKey, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Patch the status decided on ``obj``, only if the job is still at ``obj``'s resourceVersion. False: it moved
+    on (409: queued to be read and decided again) or is gone (404)."""
+    try:
+        JOBS.observe(key, kube().patch_status(*key, status, obj["metadata"].get("resourceVersion")))
+        return True
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+        JOBS.forget(key)
+        if e.status == 409:
+            QUEUE.add(key)
+        return False
+
+
+def _said_by_created_event(previous: dict[str, Any], status: dict[str, Any]) -> bool:
+    """A new job's first status, Pending because its objects were just created: the Created event this reconcile
+    posted says so already, and a second event would cost a request a job for nothing."""
+    created = condition(status, "Created") or {}
+    return not previous.get("phase") and status["phase"] == "Pending" and created.get("status") == "True" \
+        and created.get("message", "").startswith("created ")
+
+
 def _reconcile(job: JobKind, namespace: str, name: str) -> None:
-    obj = kube().get_custom(job.kind.kind, namespace, name)
+    key = (job.kind.kind, namespace, name)
+    obj = _read(key)
     if obj is None:
         forget(job, namespace, name)
         return
@@ -290,8 +327,9 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     if status.get("progress") and status.get("progress") != previous.get("progress"):
         history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
-        kube().patch_status(job.kind.kind, namespace, name, status)
-        if status["phase"] != previous.get("phase"):
+        if not _write_status(key, obj, status):
+            return
+        if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status):
             why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
@@ -397,6 +435,7 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
+    JOBS.forget((job.kind.kind, namespace, name))
     PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
     stalls.forget((job.kind.kind, namespace, name))
@@ -426,6 +465,9 @@ def start_workers(count: int = RECONCILE_WORKERS) -> None:
         if not QUEUE.accepting:
             QUEUE = WorkQueue()
         _informers.append(PodInformer(kube(), PODS, lambda key: QUEUE.add(key), WATCHED_NAMESPACES).start())
+        for job in _KINDS.values():
+            _informers.append(JobInformer(kube(), job.kind, WATCHED_NAMESPACES,
+                                          lambda type, obj, job=job: _job_seen(job, type, obj)).start())
         _workers.append(Workers(QUEUE, _process, count).start())
 
 
@@ -465,20 +507,22 @@ def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception)
 
 
 def register(job: JobKind) -> None:
-    kind = job.kind
-    _KINDS[kind.kind] = job
+    """Follow ``job``'s kind: its informer starts with the workers (``start_workers``)."""
+    _KINDS[job.kind.kind] = job
 
-    @kopf.on.event(API_GROUP, API_VERSION, kind.plural, id=f"follow-{kind.singular}")
-    def job_changed(type, body, name, namespace, **_) -> None:
-        """New objects, spec changes and the listing at operator start-up; our own status patches are skipped."""
-        if type == "DELETED":
-            forget(job, namespace, name)
-            return
-        status = body.get("status") or {}
-        phase = status.get("phase")
-        _KNOWN.setdefault((kind.kind, namespace, name), (job, True))
-        if phase in TERMINAL and type is not None:
-            return
-        if type in (None, "ADDED") or body["metadata"].get("generation") != status.get("observedGeneration"):
-            QUEUE.add((kind.kind, namespace, name))
+
+def _job_seen(job: JobKind, type: str | None, obj: dict[str, Any]) -> None:
+    """New objects, spec changes and the listing (type None); our own status patches are only remembered."""
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    key = (job.kind.kind, namespace, name)
+    if type == "DELETED":
+        forget(job, namespace, name)
+        return
+    JOBS.observe(key, obj)
+    status = obj.get("status") or {}
+    _KNOWN.setdefault(key, (job, True))
+    if status.get("phase") in TERMINAL and type is not None:
+        return
+    if type in (None, "ADDED") or obj["metadata"].get("generation") != status.get("observedGeneration"):
+        QUEUE.add(key)
 
