@@ -48,7 +48,9 @@ def layout(args) -> tuple[int, int]:
 
 def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
     """(ModelConfig, this rank's GPTModel stage in eval mode with the checkpoint's weights, max sequence length).
-    Megatron's parallel state must already be set up at the checkpoint's TP/PP."""
+    Megatron's parallel state must already be set up at the checkpoint's TP/PP. The stage is built without
+    Megatron's random initialisation (a large share of the loading time, overwritten right after), so every
+    parameter must come from the file: one it lacks is an error, not a random weight."""
     from ..config.train import ParallelConfig
     from ..convert.megatron_io import model_config_from_args
     from ..models.gpt import build_gpt_model
@@ -56,10 +58,17 @@ def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
     model = model_config_from_args(args, root)
     tp, pp = layout(args)
     max_len = int(getattr(args, "max_position_embeddings", None) or args.seq_length)
-    gpt = build_gpt_model(model, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), max_len)
+    gpt = build_gpt_model(model, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), max_len,
+                          initialize=False)
     gpt.to(device)
-    state = torch.load(checkpoint_file(root, iteration, tp_rank, pp_rank, pp), map_location="cpu",
-                       weights_only=False)
-    gpt.load_state_dict(state["model"], strict=False)
+    path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp)
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    missing = [k for k in gpt.load_state_dict(state["model"], strict=False).missing_keys
+               if not k.endswith("_extra_state")]
+    if missing:
+        from ..checkpoint.training import CheckpointMismatch
+
+        raise CheckpointMismatch(f"{path}: lacks {len(missing)} of the model's weights ({', '.join(missing[:3])}"
+                                 f"{', ...' if len(missing) > 3 else ''}): not a checkpoint of this model")
     gpt.eval()
     return model, gpt, max_len
