@@ -7,6 +7,16 @@ import torch
 from ..checkpoint.layout import checkpoint_file, read_latest
 
 
+def _mapped(path):
+    """``torch.load`` of a rank file, memory-mapped: reading its ``args`` touches none of the tensors' bytes (a
+    7B stage is gigabytes, and ``args`` is read before loading), and loading copies each tensor once, into the
+    model. A legacy (pre-zip) file cannot be mapped and is read whole."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except RuntimeError:
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def read_args(root: str):
     """(latest iteration, the checkpoint's ``args`` namespace) from the first rank's file."""
     from ..checkpoint.training import CheckpointMismatch
@@ -17,7 +27,7 @@ def read_args(root: str):
     for pp in (1, 2):  # the first rank's folder: mp_rank_00 (PP = 1) or mp_rank_00_000
         path = checkpoint_file(root, iteration, 0, 0, pp)
         if path.is_file():
-            args = torch.load(path, map_location="cpu", weights_only=False)["args"]
+            args = _mapped(path)["args"]
             if getattr(args, "lora_r", None):
                 raise CheckpointMismatch(f"{root}: a LoRA adapter checkpoint; merge it into its base first "
                                          "(`ascend-engine convert --lora-load ...`)")
@@ -62,7 +72,7 @@ def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
                           initialize=False)
     gpt.to(device)
     path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp)
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = _mapped(path)
     missing = [k for k in gpt.load_state_dict(state["model"], strict=False).missing_keys
                if not k.endswith("_extra_state")]
     if missing:
