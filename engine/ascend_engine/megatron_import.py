@@ -10,6 +10,7 @@ when it is compiled: a function that is called is compiled exactly as before.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 
 
@@ -22,7 +23,7 @@ def import_megatron_core() -> None:
     real = torch.compile
     torch.compile = _deferred(real)
     try:
-        import megatron.core  # noqa: F401  (megatron.core.jit binds jit_fuser to the deferred wrap here)
+        importlib.import_module("megatron.core")  # megatron.core.jit binds jit_fuser to the deferred wrap here
     finally:
         torch.compile = real
 
