@@ -77,22 +77,38 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):9.2f}  (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def report(title: str, rates: dict[str, list[float]], unit: str) -> None:
+def report(title: str, rates: dict[str, list[float]], unit: str, cpu: dict[str, list[float]] | None = None) -> None:
     print(title)
     for key, values in rates.items():
-        print(f"  {key:<13} {spread(values)} {unit}")
+        used = f"; CPU s per round {statistics.median(cpu[key]):.1f} (min {min(cpu[key]):.1f})" if cpu else ""
+        print(f"  {key:<13} {spread(values)} {unit}{used}")
     ratios = [o / t for o, t in zip(*rates.values())]
     print(f"  ours / transformers per round: median {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)  # a block shows before the next ends
 
 
+CPU: dict[str, list[float]] = {}  # CPU seconds of each variant's rounds (this process and its children)
+
+
+def cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def interleave(variants: dict, rounds: int, amount: float) -> dict[str, list[float]]:
+    """Rates per round; the rounds' CPU seconds land in ``CPU`` (wall time on a loaded machine says little alone)."""
     rates: dict[str, list[float]] = {k: [] for k in variants}
+    CPU.clear()
+    print(f"  ({rounds} rounds of {', '.join(variants)}; load average {os.getloadavg()[0]:.1f} at the start)",
+          flush=True)
     for _ in range(rounds):
         for key, fn in variants.items():
-            start = time.perf_counter()
+            start, used = time.perf_counter(), cpu_seconds()
             fn()
             rates[key].append(amount / (time.perf_counter() - start))
+            CPU.setdefault(key, []).append(cpu_seconds() - used)
     return rates
 
 
@@ -229,7 +245,7 @@ def main() -> None:
             report(f"{len(questions)} questions in {args.subjects} subjects, {shot}-shot, prompts of {mean:.0f} "
                    f"tokens on average (questions and examples ~{args.question_tokens} tokens +-25%), choice "
                    f"scoring; {machine}; log-likelihoods equal to {worst:.1e}; load average "
-                   f"{os.getloadavg()[0]:.1f}", rates, "questions/s")
+                   f"{os.getloadavg()[0]:.1f}", rates, "questions/s", CPU)
     else:
         generate_side_by_side(args, ours, hf, device, by_length)
     destroy_parallel()
@@ -258,7 +274,7 @@ def whole_process(args, work: Path, words: int, machine: str) -> None:
         rates = interleave({"ours": run(ours), "transformers": run(peer)}, args.rounds, args.questions)
         report(f"whole process, {args.questions} questions in {args.subjects} subjects, {shot}-shot, questions "
                f"~{args.question_tokens} tokens; {machine}; load average {os.getloadavg()[0]:.1f}", rates,
-               "questions/s")
+               "questions/s", CPU)
 
 
 def generate_side_by_side(args, ours, hf, device, by_length) -> None:
@@ -311,7 +327,7 @@ def generate_side_by_side(args, ours, hf, device, by_length) -> None:
     report(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens (+-25%), {args.generate} new tokens "
            f"each (greedy), batch {b}, hidden {args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, "
            f"fp32, device {args.device}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds; load "
-           f"average {os.getloadavg()[0]:.1f}", rates, "new tokens/s")
+           f"average {os.getloadavg()[0]:.1f}", rates, "new tokens/s", CPU)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,31 @@ import torch
 
 @contextmanager
 def _read_only(gpt, pos_index: torch.Tensor, row_index: torch.Tensor):
-    """While open, the output layer of ``gpt`` (if this stage has one) computes logits only for the hidden states
-    at (``pos_index[k]``, ``row_index[k]``), and the model returns them as [1, k, vocab / TP]. Yields whether it
-    applies: not with sequence parallelism, whose output layer gathers the sequence itself, nor with multi-token
-    prediction, whose heads share the output layer."""
+    """While open, ``gpt`` (if this stage has the output layer) computes its last layer's MLP and the logits only
+    for the hidden states at (``pos_index[k]``, ``row_index[k]``), and returns those logits as [1, k, vocab / TP].
+    Nothing after the last layer's attention mixes positions, and every position's keys and values are computed
+    before it, so the other positions' MLP and logits are work nobody reads (the output layer alone is a large
+    share of the arithmetic at evaluation sizes). Where the last layer is not a dense megatron-core layer with
+    its own MLP step, only the output layer is restricted. Yields whether any restriction applies: not with
+    sequence parallelism, whose output layer gathers the sequence itself, nor with multi-token prediction, whose
+    heads share the output layer."""
     layer = getattr(gpt, "output_layer", None) if getattr(gpt, "post_process", False) else None
     if layer is None or getattr(layer, "sequence_parallel", False) or getattr(gpt.config, "mtp_num_layers", None):
         yield False
+        return
+    layers = getattr(getattr(gpt, "decoder", None), "layers", None)
+    last = layers[-1] if layers else None
+    forward_mlp = getattr(type(last), "_forward_mlp", None)
+    if forward_mlp is not None and getattr(last, "is_moe_layer", True) is False:
+
+        def mlp_at_read_positions(hidden, *args, **kwargs):  # hidden: [seq, batch, hidden]
+            return forward_mlp(last, hidden[pos_index, row_index].unsqueeze(1), *args, **kwargs)
+
+        last._forward_mlp = mlp_at_read_positions
+        try:
+            yield True
+        finally:
+            del last._forward_mlp
         return
 
     def select(_module, args, kwargs):

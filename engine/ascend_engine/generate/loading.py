@@ -7,6 +7,16 @@ import torch
 from ..checkpoint.layout import checkpoint_file, read_latest
 
 
+def _mapped(path):
+    """``torch.load`` of a rank file, memory-mapped: reading its ``args`` touches none of the tensors' bytes (a
+    7B stage is gigabytes, and ``args`` is read before loading), and loading copies each tensor once, into the
+    model. A legacy (pre-zip) file cannot be mapped and is read whole."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except RuntimeError:
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def read_args(root: str):
     """(latest iteration, the checkpoint's ``args`` namespace) from the first rank's file."""
     from ..checkpoint.training import CheckpointMismatch
@@ -17,7 +27,7 @@ def read_args(root: str):
     for pp in (1, 2):  # the first rank's folder: mp_rank_00 (PP = 1) or mp_rank_00_000
         path = checkpoint_file(root, iteration, 0, 0, pp)
         if path.is_file():
-            args = torch.load(path, map_location="cpu", weights_only=False)["args"]
+            args = _mapped(path)["args"]
             if getattr(args, "lora_r", None):
                 raise CheckpointMismatch(f"{root}: a LoRA adapter checkpoint; merge it into its base first "
                                          "(`ascend-engine convert --lora-load ...`)")
@@ -48,7 +58,9 @@ def layout(args) -> tuple[int, int]:
 
 def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
     """(ModelConfig, this rank's GPTModel stage in eval mode with the checkpoint's weights, max sequence length).
-    Megatron's parallel state must already be set up at the checkpoint's TP/PP."""
+    Megatron's parallel state must already be set up at the checkpoint's TP/PP. The stage is built without
+    Megatron's random initialisation (a large share of the loading time, overwritten right after), so every
+    parameter must come from the file: one it lacks is an error, not a random weight."""
     from ..config.train import ParallelConfig
     from ..convert.megatron_io import model_config_from_args
     from ..models.gpt import build_gpt_model
@@ -56,10 +68,17 @@ def load_model(root: str, iteration, args, tp_rank: int, pp_rank: int, device):
     model = model_config_from_args(args, root)
     tp, pp = layout(args)
     max_len = int(getattr(args, "max_position_embeddings", None) or args.seq_length)
-    gpt = build_gpt_model(model, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), max_len)
+    gpt = build_gpt_model(model, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), max_len,
+                          initialize=False)
     gpt.to(device)
-    state = torch.load(checkpoint_file(root, iteration, tp_rank, pp_rank, pp), map_location="cpu",
-                       weights_only=False)
-    gpt.load_state_dict(state["model"], strict=False)
+    path = checkpoint_file(root, iteration, tp_rank, pp_rank, pp)
+    state = _mapped(path)
+    missing = [k for k in gpt.load_state_dict(state["model"], strict=False).missing_keys
+               if not k.endswith("_extra_state")]
+    if missing:
+        from ..checkpoint.training import CheckpointMismatch
+
+        raise CheckpointMismatch(f"{path}: lacks {len(missing)} of the model's weights ({', '.join(missing[:3])}"
+                                 f"{', ...' if len(missing) > 3 else ''}): not a checkpoint of this model")
     gpt.eval()
     return model, gpt, max_len

@@ -97,14 +97,15 @@ def moe_settings(model: ModelConfig, variable_seq_lengths: bool) -> dict:
 def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: int,
                     params_dtype: torch.dtype = torch.float32, recompute_granularity: str | None = None,
                     seed: int | None = None, variable_seq_lengths: bool = False, token_positions: bool = False,
-                    vp_stage: int | None = None):
+                    vp_stage: int | None = None, initialize: bool = True):
     """The current pipeline stage of the model (pre/post-process flags from Megatron's parallel state).
 
     With ``seed`` the weights come from ``init_layout_independent`` (the same model under any TP/PP layout)
     instead of Megatron's per-rank initialisation. ``variable_seq_lengths`` lets micro-batches differ in length
     (pipeline stages then exchange shapes first). ``token_positions`` makes RoPE read each token's position from
     ``position_ids`` (packed samples restart at 0) instead of assuming 0..s-1; see ``rope_positions``.
-    ``vp_stage`` picks this rank's model chunk under virtual pipeline stages.
+    ``vp_stage`` picks this rank's model chunk under virtual pipeline stages. ``initialize=False`` leaves the
+    weights uninitialised, for a caller that loads every one of them from a checkpoint right after.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -114,6 +115,7 @@ def build_gpt_model(model: ModelConfig, parallel: ParallelConfig, seq_length: in
     # and our re-initialisation rely on, only while initialising).
     config = transformer_config(model, parallel, params_dtype, recompute_granularity, variable_seq_lengths,
                                 token_positions)
+    config.perform_initialization = initialize
     if model.numExperts is None and not parallel.sequenceParallel:
         spec = get_gpt_layer_local_spec(qk_layernorm=model.qkLayernorm, normalization=model.normalization)
         spec.submodules.self_attention.module = CachedRotarySelfAttention

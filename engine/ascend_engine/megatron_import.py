@@ -1,0 +1,50 @@
+"""Importing megatron-core without paying for ``torch.compile`` at import time.
+
+megatron-core wraps about 40 functions in ``torch.compile`` while its modules load (``megatron.core.jit``'s
+``jit_fuser`` and the fusions). Each wrap imports dynamo and inductor and builds a guarded wrapper: about 3 CPU
+seconds of every process's start-up (a third of an evaluation's), although the layers we build never call
+most of those functions (bias, rope and norm fusions are off). ``torch.compile`` compiles nothing until the
+wrapped function's first call anyway, so deferring the wrap itself to that call changes neither what runs nor
+when it is compiled: a function that is called is compiled exactly as before.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+
+
+def import_megatron_core() -> None:
+    """Import ``megatron.core`` (once per process) with its import-time ``torch.compile`` wraps deferred."""
+    if "megatron.core" in sys.modules:
+        return
+    import torch
+
+    real = torch.compile
+    torch.compile = _deferred(real)
+    try:
+        importlib.import_module("megatron.core")  # megatron.core.jit binds jit_fuser to the deferred wrap here
+    finally:
+        torch.compile = real
+
+
+def _deferred(compile_):
+    """``torch.compile`` that, for a plain function, wraps it only when it is first called."""
+
+    def deferred(model=None, **options):
+        if model is None:  # used as @torch.compile(**options)
+            return lambda fn: deferred(fn, **options)
+        if not callable(model) or not hasattr(model, "__code__"):  # modules and other callables: as before
+            return compile_(model, **options)
+        compiled = None
+
+        @functools.wraps(model)
+        def call(*args, **kwargs):
+            nonlocal compiled
+            if compiled is None:
+                compiled = compile_(model, **options)
+            return compiled(*args, **kwargs)
+
+        return call
+
+    return deferred
