@@ -12,6 +12,8 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -226,6 +228,36 @@ def test_built_in_objects_take_strategic_merge_patches_and_custom_resources_refu
     refused = kubectl(cluster, "patch", "atj", "no-strategic", "-p", '{"spec": {"runPolicy": {"backoffLimit": 2}}}',
                       check=False)
     assert refused.returncode != 0 and "application/merge-patch+json" in refused.stderr, refused.stderr
+
+
+def test_requests_are_authenticated_and_held_to_rbac_as_the_operators_chart_grants(cluster):
+    """The operator's kubeconfig carries its ServiceAccount's token, bound to exactly the chart's rules: what the
+    chart grants works, anything else is kube-apiserver's 403 naming user, verb and resource; a token nobody issued
+    is 401. (kubectl sends no token over plain HTTP: a request without one is served as the insecure port was.)"""
+    token = yaml.safe_load(cluster.operator_kubeconfig().read_text())["users"][0]["user"]["token"]
+
+    def ask(path: str, method: str = "GET", bearer: str = token) -> tuple[int, str]:
+        request = urllib.request.Request(cluster.api_server.url + path, method=method,
+                                         headers={"Authorization": f"Bearer {bearer}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, ""
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read())["message"]
+
+    assert ask("/apis/ascendtrain.dev/v1alpha1/ascendtrainjobs") == (200, "")
+    assert ask("/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1")[0] == 200
+    assert ask("/api/v1/namespaces/default/secrets") == (403, (
+        'secrets is forbidden: User "system:serviceaccount:default:ascend-train-operator" cannot list resource '
+        '"secrets" in API group "" in the namespace "default"'))
+    assert ask("/api/v1/namespaces/default/configmaps/x", "DELETE") == (403, (
+        'configmaps "x" is forbidden: User "system:serviceaccount:default:ascend-train-operator" cannot delete '
+        'resource "configmaps" in API group "" in the namespace "default"'))
+    # Its Role grants the leader-election Lease in its own namespace only.
+    assert ask("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x")[0] == 403
+    assert ask("/apis/coordination.k8s.io/v1/namespaces/default/leases/x")[0] == 404
+    assert ask("/apis/ascendtrain.dev/v1alpha1/ascendtrainjobs", bearer="nobody-issued-this") == (401, "Unauthorized")
+    assert ask("/api/v1/namespaces/default/secrets", bearer="local")[0] == 200  # the admin's kubeconfig
 
 
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):

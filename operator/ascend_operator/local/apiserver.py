@@ -32,7 +32,7 @@ import yaml
 from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
-from . import field_validation
+from . import authorization, field_validation
 from . import core_schemas, dry_run, list_pages, openapi, persistence, protobuf_codec, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
@@ -51,6 +51,7 @@ ObjectKey = tuple[tuple[str, str, str], str | None, str]  # (type key, namespace
 # kube-apiserver's MaxRequestBodyBytes: a larger body is answered 413 before it is decoded (aiohttp's own default,
 # 1 MiB, would refuse a ConfigMap that kube-apiserver takes, and as a 500).
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+ADMIN_TOKEN = "local"  # the kubeconfig's token: system:masters, as a cluster's admin credentials are
 _NO_STRATEGIC_MERGE = ("the body of the request was in an unknown format - accepted media types include: "
                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
 EVENT_LOG_LIMIT = 50_000  # watch events kept for resuming; older resourceVersions answer 410 Gone
@@ -155,6 +156,8 @@ class LocalKubernetesApi(KubernetesEmulator):
     _log_floor: int = attrs.field(default=0, init=False)
     _wake: asyncio.Event | None = attrs.field(default=None, init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    tokens: authorization.Tokens = attrs.field(factory=lambda: authorization.Tokens(ADMIN_TOKEN), init=False)
+    _rbac: dict[tuple[str, str | None], list[dict[str, Any]]] | None = attrs.field(default=None, init=False)
     # Where the node keeps a pod's container log (the kubelet's side of pods/log); None: no node serves logs.
     pod_log_file: Callable[[str, str], Path] | None = attrs.field(default=None)
 
@@ -210,6 +213,8 @@ class LocalKubernetesApi(KubernetesEmulator):
 
     async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         target = parse_target(raw.path)
+        if (refused := self._authorize(raw, target)) is not None:
+            return refused.response()
         if raw.path.startswith(openapi.PREFIX) and raw.method.upper() == "GET":
             doc = openapi.serve(raw.path, list(self._types.values()))
             if doc is None:
@@ -226,6 +231,36 @@ class LocalKubernetesApi(KubernetesEmulator):
                                                       "application/json, application/json;stream=watch").response()
             return self._as_protobuf(await self._serve(raw, target))
         return await self._serve(raw, target)
+
+    def _authorize(self, raw: aiohttp.web.BaseRequest, target: Target | None) -> ApiError | None:
+        """401 for a token nobody issued, 403 where RBAC says no (see ``authorization``); None: go on."""
+        user = self.tokens.user(raw.headers.get("Authorization"))
+        if user is None:
+            return ApiError(401, "Unauthorized", "Unauthorized")
+        if user.master:
+            return None
+        if target is None:  # discovery, /version, /openapi: system:discovery and system:public-info-viewer
+            return None
+        resource = target.plural + (f"/{target.subresource}" if target.subresource else "")
+        verb = authorization.verb(raw.method, target.name, raw.query.get("watch") in ("true", "1"))
+        if raw.method.upper() == "PATCH" and raw.content_type == "application/apply-patch+yaml":
+            verb = "patch"
+        if authorization.allowed(user, verb, target.group, resource, target.namespace, target.name,
+                                 self._rbac_objects):
+            return None
+        return ApiError(403, "Forbidden", authorization.forbidden_message(
+            user, verb, target.group, resource, target.namespace, target.name),
+            {"name": target.name or "", "group": target.group, "kind": target.plural})
+
+    def _rbac_objects(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        """The stored Roles, ClusterRoles and bindings, indexed once per change of any of them."""
+        if self._rbac is None:
+            self._rbac = {}
+            for (type_key, ns, _), obj in self._store.items():
+                if type_key[0] == authorization.RBAC_GROUP:
+                    self._rbac.setdefault((type_key[2], None), []).append(obj)
+                    self._rbac.setdefault((type_key[2], ns), []).append(obj)
+        return self._rbac.get((plural, namespace), [])
 
     @staticmethod
     def _as_protobuf(response: aiohttp.web.StreamResponse) -> aiohttp.web.StreamResponse:
@@ -416,6 +451,8 @@ class LocalKubernetesApi(KubernetesEmulator):
         return str(self._rv)
 
     def _emit(self, rt: ResourceType, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if rt.group == authorization.RBAC_GROUP:
+            self._rbac = None
         self._log.append((self._rv, rt.key, kind, obj, old))
         if len(self._log) > EVENT_LOG_LIMIT:
             drop = len(self._log) // 2
@@ -910,7 +947,8 @@ def _request_factory(message, payload, protocol, writer, task) -> aiohttp.web.Ba
 class LocalApiServer:
     """``LocalKubernetesApi`` served on 127.0.0.1 from a background thread with its own event loop.
 
-    Plain HTTP without authentication: it listens on loopback only. Any bearer token is accepted.
+    Plain HTTP on loopback. A request without a token, or with the admin token of the kubeconfig it writes, may do
+    anything; one with a token ``issue_token`` gave out (a ServiceAccount's) is held to RBAC; see ``authorization``.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0,
@@ -987,21 +1025,27 @@ class LocalApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+    def issue_token(self, user: authorization.User) -> str:
+        """A bearer token for ``user`` (a ServiceAccount's, as its pod's projected token would be)."""
+        assert self.api is not None, "start the server first"
+        return self.api.tokens.issue(user)
+
+    def kubeconfig(self, namespace: str = "default", token: str = ADMIN_TOKEN) -> dict[str, Any]:
         return {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": "ascend-local", "cluster": {"server": self.url}}],
-            "users": [{"name": "ascend-local", "user": {"token": "local"}}],
+            "users": [{"name": "ascend-local", "user": {"token": token}}],
             "contexts": [{"name": "ascend-local",
                           "context": {"cluster": "ascend-local", "user": "ascend-local", "namespace": namespace}}],
             "current-context": "ascend-local",
         }
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """Write a kubeconfig for kubectl, the ``kubernetes`` client and kopf (temp file, then rename)."""
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str = ADMIN_TOKEN) -> Path:
+        """Write a kubeconfig for kubectl, the ``kubernetes`` client and kopf (temp file, then rename); the admin's
+        unless ``token`` says whose."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False))
+        tmp.write_text(yaml.safe_dump(self.kubeconfig(namespace, token), sort_keys=False))
         tmp.replace(path)
         return path

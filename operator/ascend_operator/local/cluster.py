@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import yaml
 
+from . import authorization
 from .apiserver import LocalApiServer
 from .resource_client import ResourceClient
 from .node_lifecycle import DEFAULT_GRACE_S, NodeLifecycle
@@ -38,6 +39,27 @@ STATE_FILE = "api-objects.json"
 REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
 NODE_REQUESTS = "node-requests"
 OPERATOR_COMMAND = [sys.executable, "-m", "ascend_operator.main", "run", "--all-namespaces", "--standalone"]
+
+
+OPERATOR_ACCOUNT = ("default", "ascend-train-operator")  # namespace and name of its ServiceAccount
+
+
+def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]],
+                  lease_rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ServiceAccount, ClusterRole, Role and bindings a cluster-wide install of the chart makes."""
+    account = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name}, "rules": cluster_rules},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name}, "subjects": [account],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}},
+        {"apiVersion": rbac, "kind": "Role", "metadata": {"name": f"{name}-leader-election", "namespace": namespace},
+         "rules": lease_rules},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": f"{name}-leader-election",
+                                                                 "namespace": namespace}, "subjects": [account],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-leader-election"}},
+    ]
 
 
 def _free_port() -> int:
@@ -121,10 +143,27 @@ class LocalCluster:
             resources.close()
         return names
 
+    def operator_kubeconfig(self) -> Path:
+        """The operator's credentials: a token of its ServiceAccount, bound (ClusterRole and, for its Lease, a Role)
+        to exactly the rules its Helm chart grants (``ascend_operator.permissions``, which the chart is rendered
+        from), so a call the chart does not allow fails here with kube-apiserver's 403, as it would on a cluster."""
+        from ..permissions import LEADER_ELECTION_RULES, rules
+
+        namespace, name = OPERATOR_ACCOUNT
+        resources = ResourceClient(self.kubeconfig)
+        try:
+            for obj in operator_rbac(namespace, name, rules(), LEADER_ELECTION_RULES):
+                resources.apply(obj)
+        finally:
+            resources.close()
+        token = self.api_server.issue_token(authorization.service_account(namespace, name))
+        return self.api_server.write_kubeconfig(self.root / "operator-kubeconfig", namespace, token)
+
     def start_operator(self) -> subprocess.Popen[bytes]:
-        """The operator as a subprocess with KUBECONFIG pointing here, logging to ``operator.log``."""
+        """The operator as a subprocess with its ServiceAccount's kubeconfig, logging to ``operator.log``."""
+        kubeconfig = self.operator_kubeconfig()
         self._operator_log = open(self.operator_log, "ab")
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig))
         # A free port for the operator's own metrics, so a second cluster (or a test) on this host never clashes.
         env.setdefault("ASCEND_OPERATOR_METRICS_PORT", str(_free_port()))
         env.setdefault("ASCEND_OPERATOR_DASHBOARD_PORT", "0")  # `ascend-train dashboard` serves it locally

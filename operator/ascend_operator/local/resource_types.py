@@ -70,6 +70,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("serviceaccounts", "ServiceAccount", short=("sa",)),
     _core("events", "Event", short=("ev",), group="events.k8s.io"),
     _core("leases", "Lease", group="coordination.k8s.io"),
+    _core("roles", "Role", group="rbac.authorization.k8s.io"),
+    _core("rolebindings", "RoleBinding", group="rbac.authorization.k8s.io"),
+    _core("clusterroles", "ClusterRole", namespaced=False, group="rbac.authorization.k8s.io"),
+    _core("clusterrolebindings", "ClusterRoleBinding", namespaced=False, group="rbac.authorization.k8s.io"),
     _core("customresourcedefinitions", "CustomResourceDefinition", namespaced=False, short=("crd", "crds"),
           status=True, group="apiextensions.k8s.io"),
 )
