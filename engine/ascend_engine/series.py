@@ -24,17 +24,18 @@ Point = dict[str, Any]
 
 
 def add_point(points: list[Point], iteration: int, figures: dict[str, Any], at: str,
-              limit: int = MAX_POINTS) -> list[Point] | None:
+              limit: int = MAX_POINTS, exact: bool = False) -> list[Point] | None:
     """The series with ``figures`` at ``iteration``, or None when nothing changed.
 
     A point for the last iteration again adds the figures that point lacks (validation loss joins its step; a
-    rounded scrape never overwrites the engine's own value); an older iteration means a restart resumed from an
-    older checkpoint: the abandoned tail is dropped."""
+    rounded scrape never overwrites the engine's own value), and with ``exact`` (the engine's own figures, e.g. its
+    final report) its figures replace that point's; an older iteration means a restart resumed from an older
+    checkpoint: the abandoned tail is dropped."""
     figures = {k: v for k, v in figures.items() if k in SERIES_FIELDS and v is not None}
     if not isinstance(iteration, int) or not figures:
         return None
     if points and points[-1]["iteration"] == iteration:
-        merged = {**figures, **points[-1]}
+        merged = {**points[-1], **figures} if exact else {**figures, **points[-1]}
         return None if merged == points[-1] else points[:-1] + [merged]
     if points and points[-1]["iteration"] > iteration:
         points = [p for p in points if p["iteration"] < iteration]

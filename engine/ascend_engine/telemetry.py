@@ -73,7 +73,7 @@ def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
 SERIES_PATH = "/series"
 EVENTS_PATH = "/events"
 # At exit, how long rank 0 waits for its reader (the operator) to fetch the points it has not fetched yet.
-SERIES_FLUSH_SECONDS = float(os.environ.get("ASCEND_SERIES_FLUSH_SECONDS", "12"))
+SERIES_FLUSH_SECONDS = float(os.environ.get("ASCEND_SERIES_FLUSH_SECONDS", "20"))
 
 
 class Metrics:
@@ -93,6 +93,7 @@ class Metrics:
         self._fetched = threading.Condition()
         self._fetched_iteration: int | None = None  # the newest point a reader has fetched
         self._read = False  # a reader (the operator) has fetched the series, even while it was still empty
+        self._reader_expected = False
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
@@ -135,14 +136,20 @@ class Metrics:
             return points
 
     def _wait_for_reader(self) -> None:
-        """Keep the endpoint up until a reader that has been fetching the series has its newest points (bounded),
-        so the dashboard's history ends with the run's last logged iterations: also those of a run shorter than
-        the operator's reading interval, whose reader only ever saw the series empty."""
+        """Keep the endpoint up until the reader has the series' newest points (bounded), so the dashboard's
+        history ends with the run's last logged iterations: also those of a run shorter than the operator's
+        reading interval, or one that ended before the operator, slowed down, first read it (``expect_reader``)."""
         with self._fetched:
-            if not self._read or not self.series:
+            if not (self._read or self._reader_expected) or not self.series:
                 return  # nobody reads it (a run outside Kubernetes)
             self._fetched.wait_for(lambda: self._fetched_iteration == self.series[-1]["iteration"],
                                    timeout=SERIES_FLUSH_SECONDS)
+
+    def expect_reader(self) -> None:
+        """A run that ended by itself in a pod the operator made (``POD_IP`` set, where it serves and the operator
+        reads): wait at exit for the operator's read even if it has not read yet (not so on SIGTERM: the grace
+        period is for saving)."""
+        self._reader_expected = bool(os.environ.get("POD_IP"))
 
     def set(self, **fields: float) -> None:
         by_field = {f: n for n, f in METRIC_NAMES.items()}

@@ -31,16 +31,18 @@ def read(config_map: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def record(kube: Any, job: dict[str, Any], progress: dict[str, Any], at: str,
-           engine_series: list[dict[str, Any]] | None = None) -> None:
+           engine_series: list[dict[str, Any]] | None = None, exact: bool = False) -> None:
     """Merge the engine's series (when the scrape got one) and the progress's figures into the job's history
-    ConfigMap (created on the first point); nothing is written when nothing changed."""
+    ConfigMap (created on the first point); nothing is written when nothing changed. ``exact``: the progress is
+    the engine's final report, not a scrape rounded to its significant digits, so it replaces the last point's
+    figures (a scrape of the last iteration may have reached the history before the series did)."""
     meta = job["metadata"]
     before = read(kube.get_config_map(meta["namespace"], config_map_name(meta["name"])))
     points = merge(before, engine_series or [])
     iteration = progress.get("iteration")
     if not engine_series or not points or (isinstance(iteration, int) and iteration >= points[-1]["iteration"]):
         # (a scrape's figures older than the engine's newest point are already in its series)
-        points = add_point(points, iteration, progress, at) or points
+        points = add_point(points, iteration, progress, at, exact=exact) or points
     if points != before:
         kube.update_config_map(meta["namespace"], config_map(job, points))
 

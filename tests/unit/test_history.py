@@ -62,6 +62,13 @@ def test_validation_loss_joins_its_step():
     assert points == [{"iteration": 5, "time": "t", "loss": 2.0, "validationLoss": 2.2}]
 
 
+def test_the_engines_exact_figures_replace_a_rounded_scrape_of_the_same_iteration():
+    scraped = add_point([], 30, {"loss": 1.5501}, "t")
+    assert add_point(scraped, 30, {"loss": 1.5500773191452026}, "t2") is None  # another scrape: kept
+    assert add_point(scraped, 30, {"loss": 1.5500773191452026, "learningRate": 0.0}, "t2", exact=True) == \
+        [{"iteration": 30, "time": "t", "loss": 1.5500773191452026, "learningRate": 0.0}]
+
+
 class _Kube:
     def __init__(self):
         self.maps = {}

@@ -253,6 +253,8 @@ class Trainer:
         tps = tokens_per_step * steps / seconds if seconds > 0 else 0.0
         if self.metrics:
             self.metrics.set(lastCheckpointIteration=self.last_checkpoint)
+            if not preempted:
+                self.metrics.expect_reader()
         if self.tensorboard:
             self.tensorboard.close()
         final = f"{losses[-1]:.4f}" if losses else "n/a"

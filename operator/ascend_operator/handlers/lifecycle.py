@@ -405,6 +405,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             new[job.result_field] = result
         if final := job.final_progress(result or {}):
             new["progress"] = {**new.get("progress", {}), **final, "lastUpdateTime": now()}
+        if result and new.get("progress"):
+            history.record(kube(), obj, new["progress"], now(), exact=True)
     if new["phase"] in TERMINAL:
         cleaned = _delete_pods(key, policy.pods_to_clean(pods.live()))
         if cleaned:
