@@ -108,14 +108,50 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
     assert any(len(prompter.encode_choice(q.context, q.options[0])[1]) > 1 for q in questions)  # both paths ran
 
 
+# The single-process and the DP2 run of the generative tasks also score MMLU: the one-process MMLU scores are the
+# reference the other layouts are held to, and the DP2 run is that layout's MMLU run, so two launches serve both
+# tests (a torchrun of two evaluating processes costs about half a minute here).
+GENERATIVE = ("gsm8k", "humaneval", "agieval")
+
+
+def _run_mmlu_and_generative_tasks(root: Path, tok: Path, mmlu: Path, dp: int) -> tuple[subprocess.CompletedProcess, Path]:
+    out = root / f"mmlu_and_gen_results_dp{dp}.json"
+    proc = evaluate("--task", "mmlu", *GENERATIVE, "--task-data-path", str(mmlu), str(root / "gsm8k.jsonl"),
+                    str(root / "humaneval.jsonl"), str(root / "agieval"), "--few-shot-template", "-", "-", "-",
+                    str(root / "AGI_fewshot.json"), "--load", str(root / "mg"), "--tokenizer-name-or-path", str(tok),
+                    "--max-new-tokens", "6", "--results-path", str(out), nproc=dp)
+    assert_ok(proc)
+    assert [r["task"] for r in json.loads(out.read_text())["results"]] == ["mmlu", *GENERATIVE]
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def mg_runs(random_qwen3) -> dict:
+    """Lazily, per DP size: the TP1PP1 Megatron checkpoint evaluated on MMLU and the generative tasks in one run."""
+    root, tok, mmlu = random_qwen3
+    runs: dict[int, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def get(dp: int) -> tuple[subprocess.CompletedProcess, Path]:
+        if dp not in runs:
+            runs[dp] = _run_mmlu_and_generative_tasks(root, tok, mmlu, dp)
+        return runs[dp]
+
+    return get
+
+
+def _task_predictions(path: Path, *tasks: str) -> list[dict]:
+    return [p for r in json.loads(path.read_text())["results"] if r["task"] in tasks for p in r["predictions"]]
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("dp", [1, 2], ids=["dp1", "dp2"])
-def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, dp):
+def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, mg_runs, dp):
     """GSM8K, HumanEval and AGIEval cloze prompts (AGIEval with a MindSpeed-LLM few-shot template file, its choice
     question scored in the same task): our greedy completion (KV-cached batch of prompts of different lengths)
     is transformers' greedy ``generate`` on the same model, one prompt at a time, cut at the task's stop
     sequences; HumanEval's verdict comes from the sandbox. At DP2 each replica answers its own share (one gsm8k
-    question each, the one humaneval question on the first) and the gathered predictions are the same."""
+    question each, the one humaneval question on the first) and the gathered predictions are the same. (The run
+    scores MMLU too, for the layout test below.)"""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,12 +159,8 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, d
     from ascend_engine.evaluate.tasks import load_task
 
     root, tok, _ = random_qwen3
-    out = root / f"gen_results_dp{dp}.json"
-    assert_ok(evaluate("--task", "gsm8k", "humaneval", "agieval", "--task-data-path", str(root / "gsm8k.jsonl"),
-                       str(root / "humaneval.jsonl"), str(root / "agieval"), "--few-shot-template", "-", "-",
-                       str(root / "AGI_fewshot.json"), "--load", str(root / "mg"), "--tokenizer-name-or-path",
-                       str(tok), "--max-new-tokens", "6", "--results-path", str(out), nproc=dp))
-    got = _predictions(out)
+    _, out = mg_runs(dp)
+    got = _task_predictions(out, *GENERATIVE)
     hf = AutoModelForCausalLM.from_pretrained(root / "hf", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(tok)
     questions = (load_task("gsm8k", str(root / "gsm8k.jsonl"), 0) + load_task("humaneval", str(root / "humaneval.jsonl"), 0)
@@ -147,25 +179,26 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, d
 
 @pytest.mark.engine
 @pytest.mark.parametrize("layout", [("2", "1", 2), ("1", "2", 2), ("1", "1", 2)], ids=["tp2", "pp2", "dp2"])
-def test_layouts_give_identical_predictions(random_qwen3, layout):
+def test_layouts_give_identical_predictions(random_qwen3, mg_runs, layout):
     """The TP1PP1 Megatron checkpoint evaluated at TP2 and PP2 (resharded on the fly) and at DP2 (two replicas,
     each scoring half the questions) predicts the same option for every question as at TP1PP1 (one process, its
-    own layout), with the same likelihoods (fp32 reductions in another order: 1e-4)."""
+    own layout), with the same likelihoods (fp32 reductions in another order: 1e-4). The TP1PP1 reference and the
+    DP2 run are the generative test's runs, which score MMLU too."""
     root, tok, mmlu = random_qwen3
     tp, pp, nproc = layout
-    reference = root / "tp1pp1_reference.json"
-    if not reference.exists():
-        assert_ok(evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
-                           "--tokenizer-name-or-path", str(tok), "--results-path", str(reference)))
-    out = root / f"tp{tp}pp{pp}_world{nproc}.json"
-    proc = evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
-                    "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
-                    "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc)
-    assert_ok(proc)
+    _, reference = mg_runs(1)
+    if (tp, pp) == ("1", "1"):
+        proc, out = mg_runs(nproc)
+    else:
+        out = root / f"tp{tp}pp{pp}_world{nproc}.json"
+        proc = evaluate("--task", "mmlu", "--task-data-path", str(mmlu), "--load", str(root / "mg"),
+                        "--tokenizer-name-or-path", str(tok), "--tensor-model-parallel-size", tp,
+                        "--pipeline-model-parallel-size", pp, "--results-path", str(out), nproc=nproc)
+        assert_ok(proc)
     for stage in ("joining the process group", "loading the model", "mmlu: "):  # said once, by rank 0
         assert proc.stderr.count(f"s {stage}") == 1, proc.stderr[-3000:]
-    ref, got = _predictions(reference), _predictions(out)
-    assert [p["prediction"] for p in got] == [p["prediction"] for p in ref]
+    ref, got = _task_predictions(reference, "mmlu"), _task_predictions(out, "mmlu")
+    assert len(ref) == 8 and [p["prediction"] for p in got] == [p["prediction"] for p in ref]
     for a, b in zip(got, ref):
         assert max(abs(x - y) for x, y in zip(a["scores"], b["scores"])) <= 1e-4
 

@@ -55,6 +55,40 @@ CAPTURE = textwrap.dedent("""
     destroy_parallel()
 """)
 
+# CAPTURE for several layouts in one torchrun (its start-up costs more than a layout's step): argv holds pairs of
+# config and output path; each config builds its own Trainer, Megatron's groups rebuilt, the process group kept.
+# Rank 0 writes the rows to the output path and its metrics next to it.
+CAPTURE_LAYOUTS = textwrap.dedent("""
+    import json, sys, yaml, torch
+    from megatron.core import parallel_state
+    from ascend_engine.config.train import TrainConfig
+    from ascend_engine.device import select_backend
+    from ascend_engine.parallel import destroy_parallel
+    from ascend_engine.train.loop import Trainer
+    from ascend_engine.train.stages import rollout
+    captured = []
+    real = rollout.roll_out
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        captured.append(out)
+        return out
+    rollout.roll_out = recording
+    for config, out in zip(sys.argv[1::2], sys.argv[2::2]):
+        captured.clear()
+        trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(config))), select_backend("cpu"))
+        trainer.train_step()
+        r = captured[0]
+        if torch.distributed.get_rank() == 0:
+            torch.save({"tokens": r.tokens, "loss_mask": r.loss_mask, "rewards": r.rewards,
+                        "model_scores": r.model_scores}, out)
+        if torch.distributed.get_rank() == 0:  # a file: the two ranks' stdout lines interleave in torchrun's
+            with open(out + ".metrics.json", "w") as f:
+                json.dump(trainer.last_metrics, f)
+        torch.distributed.barrier()  # no rank leaves while another still talks to it (gloo aborts otherwise)
+        parallel_state.destroy_model_parallel()
+    destroy_parallel()
+""")
+
 ORM_SCORES = textwrap.dedent("""
     import sys, json, yaml, torch
     from ascend_engine.config.train import TrainConfig
@@ -102,21 +136,10 @@ def rm_config(prompts, orm_path: Path, **training) -> dict:  # noqa: F811 - the 
     return cfg
 
 
-def capture(tmp_path: Path, cfg: dict, nproc: int = 1) -> tuple[dict, dict]:
-    """The first GRPO step's rollout rows (rank 0's) and its metrics, at the layout of ``cfg`` / ``nproc``."""
-    out = tmp_path / f"rows-{nproc}.pt"
-    script = tmp_path / f"capture-{nproc}.py"
-    script.write_text(CAPTURE.replace("OUT)", f"{str(out)!r})"))
-    if nproc == 1:
-        proc = run(tmp_path, cfg, script=script.read_text())
-    else:
-        config = tmp_path / "capture.yaml"
-        config.write_text(yaml.safe_dump(cfg))
-        env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-        proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr",
-                               "127.0.0.1", "--master-port", str(free_port()), str(script), str(config)],
-                              capture_output=True, text=True, timeout=180, env={**env, "OMP_NUM_THREADS": "1"})
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+def capture(tmp_path: Path, cfg: dict) -> tuple[dict, dict]:
+    """The first GRPO step's rollout rows and its metrics, in one process (``layout_rollouts``: TP=2, PP=2)."""
+    out = tmp_path / "rows-1.pt"
+    proc = run(tmp_path, cfg, script=CAPTURE.replace("OUT)", f"{str(out)!r})"))
     metrics = json.loads(proc.stdout.split("METRICS ", 1)[1].splitlines()[0])
     return torch.load(out), metrics
 
@@ -154,18 +177,39 @@ def test_reward_model_only_grpo_raises_the_score(learning):
     assert np.mean(scores[-5:]) > np.mean(scores[:5]) + 0.5, scores
 
 
+LAYOUTS = ["tensorModelParallelSize", "pipelineModelParallelSize"]
+
+
+@pytest.fixture(scope="module")
+def layout_rollouts(prompts, orm, tmp_path_factory) -> dict:  # noqa: F811
+    """The first GRPO step's rollout rows (rank 0's) and metrics at TP=2 and at PP=2: one torchrun, 2 processes."""
+    tmp = tmp_path_factory.mktemp("layout_rollouts")
+    argv = []
+    for layout in LAYOUTS:
+        cfg = rm_config(prompts, orm[1][layout], trainIters=1)
+        cfg["parallel"] = {layout: 2}
+        (tmp / f"{layout}.yaml").write_text(yaml.safe_dump(cfg))
+        argv += [str(tmp / f"{layout}.yaml"), str(tmp / f"rows-{layout}.pt")]
+    (tmp / "capture.py").write_text(CAPTURE_LAYOUTS)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+    proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(free_port()), str(tmp / "capture.py"), *argv],
+                          capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return {layout: (torch.load(tmp / f"rows-{layout}.pt"),
+                     json.loads((tmp / f"rows-{layout}.pt.metrics.json").read_text())) for layout in LAYOUTS}
+
+
 @pytest.mark.engine
-@pytest.mark.parametrize("layout", ["tensorModelParallelSize", "pipelineModelParallelSize"], ids=["tp2", "pp2"])
-def test_layouts_give_the_single_process_rewards(tmp_path, prompts, orm, tp1_rollout, layout):  # noqa: F811
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["tp2", "pp2"])
+def test_layouts_give_the_single_process_rewards(layout_rollouts, tp1_rollout, layout):
     """The first step at TP=2 / PP=2: the same rollouts scored alike by the resharded ORM (at PP=2 rank 0 is the
     first stage: its scores come from the last stage's broadcast).
 
     Only the first step: the scores differ between layouts by rounding (~1e-7) and so do the advantages; Adam
     turns such differences in near-zero gradient components into full-size steps, so from the second step on the
     policies (and their samples) part, unlike with rule rewards, which are exact."""
-    cfg = rm_config(prompts, orm[1][layout], trainIters=1)
-    cfg["parallel"] = {layout: 2}
-    rows, b = capture(tmp_path, cfg, nproc=2)
+    rows, b = layout_rollouts[layout]
     ours, a = tp1_rollout
     assert torch.equal(rows["tokens"], ours["tokens"])  # the same rollouts
     np.testing.assert_allclose(rows["model_scores"].numpy(), ours["model_scores"].numpy(), rtol=1e-5, atol=1e-5)

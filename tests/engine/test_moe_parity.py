@@ -1,6 +1,7 @@
 """Mixture of experts on megatron-core's MoE layers under torchrun on CPU (gloo), with expert parallelism.
 
-Two 4-process torchrun launches, each running several layouts one after another in the same world:
+One 4-process torchrun launch (its start-up, four processes importing megatron-core on a few cores, costs more
+than most of its layouts), running every layout one after another in the same world:
 
 * converted tiny random HF Qwen3-MoE, Mixtral and Qwen2-MoE checkpoints at TP2 x EP2 and PP2 x EP2 load strictly
   into GPTModel and give transformers' logits (fp32, within 1e-4) and the same greedy tokens;
@@ -39,13 +40,14 @@ def _torchrun(*args: str) -> None:
 
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), __file__, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """HF MoE models, their logits on fixed tokens, their conversions to each layout, and one torchrun over all."""
+def launched(tmp_path_factory):
+    """HF MoE models, their logits on fixed tokens, their conversions to each layout, and one torchrun over all:
+    the converted checkpoints' logits, then the training layouts' curves (``converted`` and ``curves``)."""
     from ascend_engine.cli import main
     from test_convert_models import MOE_FAMILY_CONFIGS, make_hf_model
 
@@ -61,8 +63,14 @@ def converted(tmp_path_factory):
             assert main(["convert", "--load-dir", str(root / family / "hf"), "--save-dir",
                          str(root / family / f"tp{tp}pp{pp}ep{ep}"), "--target-tensor-parallel-size", str(tp),
                          "--target-pipeline-parallel-size", str(pp), "--target-expert-parallel-size", str(ep)]) == 0
-    _torchrun("logits", str(root), *MOE_FAMILY_CONFIGS)
+    (root / "train").mkdir()
+    _torchrun(str(root), *MOE_FAMILY_CONFIGS)
     return root, sorted(MOE_FAMILY_CONFIGS)
+
+
+@pytest.fixture(scope="module")
+def converted(launched):
+    return launched
 
 
 @pytest.mark.engine
@@ -80,10 +88,8 @@ def test_converted_moe_logits_match_transformers(converted, tp, pp, ep):
 
 
 @pytest.fixture(scope="module")
-def curves(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moe_train")
-    _torchrun("train", str(root))
-    return json.loads((root / "curves.json").read_text())
+def curves(launched):
+    return json.loads((launched[0] / "train" / "curves.json").read_text())
 
 
 @pytest.mark.engine
@@ -136,7 +142,7 @@ def _logits_worker(root: Path, families: list[str]) -> None:
     from ascend_engine.convert.megatron_io import model_config_from_args
     from ascend_engine.device import select_backend
     from ascend_engine.models.gpt import build_gpt_model
-    from ascend_engine.parallel import destroy_parallel, init_parallel
+    from ascend_engine.parallel import init_parallel
 
     for tp, pp, ep in CONVERT_LAYOUTS:
         info = init_parallel(select_backend("cpu"), tp, pp, seed=0, ep=ep)
@@ -166,8 +172,7 @@ def _logits_worker(root: Path, families: list[str]) -> None:
                                              group=parallel_state.get_tensor_model_parallel_group())
                 if info.tp_rank == 0 and info.dp_rank == 0:
                     torch.save(torch.cat(parts, dim=-1), root / family / f"logits_{name}.pt")
-        parallel_state.destroy_model_parallel()
-    destroy_parallel()
+        parallel_state.destroy_model_parallel()  # the process group stays for the training layouts
 
 
 def _train_worker(root: Path) -> None:
@@ -229,7 +234,5 @@ def _train_worker(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "logits":
-        _logits_worker(Path(sys.argv[2]), sys.argv[3:])
-    else:
-        _train_worker(Path(sys.argv[2]))
+    _logits_worker(Path(sys.argv[1]), sys.argv[2:])
+    _train_worker(Path(sys.argv[1]) / "train")
