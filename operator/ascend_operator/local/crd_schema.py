@@ -119,17 +119,62 @@ _Validator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern"
                                                                        "listType": _list_type})
 
 
+def _without_list_types(schema: Any) -> Any:
+    """The schema without its ``listType`` keywords (a property of that name stays)."""
+    if isinstance(schema, list):
+        return [_without_list_types(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _without_list_types(v) for k, v in schema.items() if k not in ("listType", "properties")}
+    if "properties" in schema:
+        out["properties"] = {k: _without_list_types(v) for k, v in schema["properties"].items()}
+    return out
+
+
+def _list_type_skeleton(schema: Any) -> dict[str, Any] | None:
+    """The parts of a schema that lead to a ``listType`` (properties, items, additionalProperties), None where
+    none does: what the list-type check has to walk of an object."""
+    if not isinstance(schema, dict):
+        return None
+    out: dict[str, Any] = {}
+    if "listType" in schema:
+        out["listType"] = schema["listType"]
+    properties = {k: sub for k, v in (schema.get("properties") or {}).items()
+                  if (sub := _list_type_skeleton(v)) is not None}
+    if properties:
+        out["properties"] = properties
+    for key in ("items", "additionalProperties"):
+        if (sub := _list_type_skeleton(schema.get(key))) is not None:
+            out[key] = sub
+    return out or None
+
+
+def _has_duplicates(skeleton: dict[str, Any], value: Any) -> bool:
+    if isinstance(value, list):
+        if "listType" in skeleton and next(_list_type(None, skeleton["listType"], value, None), None) is not None:
+            return True
+        return "items" in skeleton and any(_has_duplicates(skeleton["items"], item) for item in value)
+    if isinstance(value, dict):
+        properties = skeleton.get("properties") or {}
+        if any(key in value and _has_duplicates(sub, value[key]) for key, sub in properties.items()):
+            return True
+        extra = skeleton.get("additionalProperties")
+        return extra is not None and any(_has_duplicates(extra, v) for k, v in value.items() if k not in properties)
+    return False
+
+
 class _Draft4:
-    """``iter_errors`` of the Draft 4 validator above, walked only when the compiled one (jsonschema-rs) finds an
-    error. A schema with ``listType`` (which the compiled validator does not know) is always walked."""
+    """``iter_errors`` of the Draft 4 validator above, walked only when the compiled one (jsonschema-rs, given the
+    schema without ``listType``, which it does not know) or the walk of the list-typed lists finds an error."""
 
     def __init__(self, schema: dict[str, Any]):
-        self._quick = (None if '"listType"' in json.dumps(schema)
-                       else jsonschema_rs.Draft4Validator(schema, validate_formats=False))  # formats: as jsonschema's
+        # formats: as jsonschema's
+        self._quick = jsonschema_rs.Draft4Validator(_without_list_types(schema), validate_formats=False)
+        self._lists = _list_type_skeleton(schema)
         self._full = _Validator(schema)
 
     def iter_errors(self, value: Any) -> list[jsonschema.ValidationError]:
-        if self._quick is not None and self._quick.is_valid(value):
+        if self._quick.is_valid(value) and (self._lists is None or not _has_duplicates(self._lists, value)):
             return []
         return list(self._full.iter_errors(value))
 
@@ -145,6 +190,21 @@ class _Activation:
         if with_old and self.old is not None:
             out["oldSelf"] = self.old
         return out
+
+
+def _has_rules(schema: dict[str, Any]) -> bool:
+    """Whether a schema node or anything below it carries CEL rules (remembered per node: a walk of an object
+    skips the parts no rule looks at)."""
+    known = _RULES_BELOW.get(id(schema))
+    if known is None or known[0] is not schema:
+        below = [schema.get("items"), schema.get("additionalProperties"), *(schema.get("properties") or {}).values()]
+        has = bool(schema.get("x-kubernetes-validations")) or any(
+            isinstance(sub, dict) and _has_rules(sub) for sub in below)
+        known = _RULES_BELOW[id(schema)] = (schema, has)
+    return known[1]
+
+
+_RULES_BELOW: dict[int, tuple[dict[str, Any], bool]] = {}
 
 
 class CustomResourceSchema:
@@ -303,9 +363,12 @@ class CustomResourceSchema:
             # Validation ratcheting (CRDValidationRatcheting, on by default since 1.30): an update does not re-judge
             # a value it left unchanged, so a status patch never re-runs the spec's rules.
             return
-        rules = schema.get("x-kubernetes-validations") or []
-        converted = _Activation(value, old) if rules else None
-        for rule in rules:
+        if not _has_rules(schema):
+            return
+        rules = [rule for rule in schema.get("x-kubernetes-validations") or []
+                 if old is not None or "oldSelf" not in rule["rule"]]  # transition rules: updates only
+        converted = _Activation(value, old)
+        for rule in self._failing(rules, converted):
             message = self._check_rule(rule, converted)
             if message is not None:
                 field = (_field(path) if path else "") + (rule.get("fieldPath") or "")
@@ -322,6 +385,20 @@ class CustomResourceSchema:
             # Differs from a real server: oldSelf is not correlated inside lists (only map-type lists are there).
             for index, item in enumerate(value):
                 self._rule_errors(item, None, schema.get("items"), path + [index], found)
+
+    def _failing(self, rules: list[dict[str, Any]], converted: _Activation) -> list[dict[str, Any]]:
+        """The rules that may not hold, found by one evaluation of all of a node's rules as one CEL list (the
+        value is converted for CEL once, not once a rule); when that list does not evaluate (a rule's error), every
+        rule is judged on its own."""
+        if len(rules) < 2:
+            return rules
+        together = "[" + ", ".join(f"({rule['rule']})" for rule in rules) + "]"
+        uses_old = any("oldSelf" in rule["rule"] or "oldSelf" in (rule.get("messageExpression") or "")
+                       for rule in rules)
+        result = self._program(together).eval(data=converted.bindings(uses_old))
+        if result.type() == cel.Type.ERROR:
+            return rules
+        return [rule for rule, held in zip(rules, result.value()) if held.value() is not True]
 
     def _check_rule(self, rule: dict[str, Any], converted: _Activation) -> str | None:
         """The failure message of one CEL rule, or None when it holds (or is a transition rule on create)."""
