@@ -192,21 +192,6 @@ class _Activation:
         return out
 
 
-def _has_rules(schema: dict[str, Any]) -> bool:
-    """Whether a schema node or anything below it carries CEL rules (remembered per node: a walk of an object
-    skips the parts no rule looks at)."""
-    known = _RULES_BELOW.get(id(schema))
-    if known is None or known[0] is not schema:
-        below = [schema.get("items"), schema.get("additionalProperties"), *(schema.get("properties") or {}).values()]
-        has = bool(schema.get("x-kubernetes-validations")) or any(
-            isinstance(sub, dict) and _has_rules(sub) for sub in below)
-        known = _RULES_BELOW[id(schema)] = (schema, has)
-    return known[1]
-
-
-_RULES_BELOW: dict[int, tuple[dict[str, Any], bool]] = {}
-
-
 class CustomResourceSchema:
     """Prune, default and validate custom objects of one CRD version."""
 
@@ -215,20 +200,25 @@ class CustomResourceSchema:
         self._validator = _Draft4(_to_jsonschema(self.schema))
         # One validator per top-level property (spec, status): an update validates only the parts it changed.
         self._parts = {key: _Draft4(_to_jsonschema(sub)) for key, sub in (self.schema.get("properties") or {}).items()}
-        # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server).
+        # Compile every rule now, so a bad rule fails when the CRD is created (as on a real server), noting the
+        # schema nodes with rules at or below them: a walk of an object skips the parts no rule looks at.
+        self._ruled: set[int] = set()
         self._compile_all(self.schema)
 
-    def _compile_all(self, schema: Any) -> None:
+    def _compile_all(self, schema: Any) -> bool:
         if not isinstance(schema, dict):
-            return
+            return False
+        ruled = False
         for rule in schema.get("x-kubernetes-validations") or []:
             self._program(rule["rule"])
             if rule.get("messageExpression"):
                 self._program(rule["messageExpression"])
-        for sub in (schema.get("properties") or {}).values():
-            self._compile_all(sub)
-        for key in ("items", "additionalProperties"):
-            self._compile_all(schema.get(key))
+            ruled = True
+        below = [*(schema.get("properties") or {}).values(), schema.get("items"), schema.get("additionalProperties")]
+        ruled = any([self._compile_all(sub) for sub in below]) or ruled  # (a list: every node is walked)
+        if ruled:
+            self._ruled.add(id(schema))
+        return ruled
 
     @staticmethod
     def _program(expression: str) -> Any:
@@ -363,7 +353,7 @@ class CustomResourceSchema:
             # Validation ratcheting (CRDValidationRatcheting, on by default since 1.30): an update does not re-judge
             # a value it left unchanged, so a status patch never re-runs the spec's rules.
             return
-        if not _has_rules(schema):
+        if id(schema) not in self._ruled:
             return
         rules = [rule for rule in schema.get("x-kubernetes-validations") or []
                  if old is not None or "oldSelf" not in rule["rule"]]  # transition rules: updates only
