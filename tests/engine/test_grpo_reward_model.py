@@ -30,35 +30,10 @@ from test_train_torchrun import TINY, VENV_BIN, free_port
 
 WEIGHT = 2.0
 
+# The first GRPO step's rollout rows, for one or several layouts in one launch (its start-up costs more than a
+# layout's step): argv holds pairs of config and output path; each config builds its own Trainer, Megatron's groups
+# rebuilt, the process group kept. Rank 0 writes the rows to the output path and its metrics next to it.
 CAPTURE = textwrap.dedent("""
-    import json, sys, yaml, torch
-    from ascend_engine.config.train import TrainConfig
-    from ascend_engine.device import select_backend
-    from ascend_engine.parallel import destroy_parallel
-    from ascend_engine.train.loop import Trainer
-    from ascend_engine.train.stages import rollout
-    captured = []
-    real = rollout.roll_out
-    def recording(*args, **kwargs):
-        out = real(*args, **kwargs)
-        captured.append(out)
-        return out
-    rollout.roll_out = recording
-    trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(sys.argv[1]))), select_backend("cpu"))
-    trainer.train_step()
-    r = captured[0]
-    if torch.distributed.get_rank() == 0:
-        torch.save({"tokens": r.tokens, "loss_mask": r.loss_mask, "rewards": r.rewards,
-                    "model_scores": r.model_scores}, OUT)
-    print("METRICS", json.dumps(trainer.last_metrics))
-    torch.distributed.barrier()  # no rank leaves while another still talks to it (gloo aborts at exit otherwise)
-    destroy_parallel()
-""")
-
-# CAPTURE for several layouts in one torchrun (its start-up costs more than a layout's step): argv holds pairs of
-# config and output path; each config builds its own Trainer, Megatron's groups rebuilt, the process group kept.
-# Rank 0 writes the rows to the output path and its metrics next to it.
-CAPTURE_LAYOUTS = textwrap.dedent("""
     import json, sys, yaml, torch
     from megatron.core import parallel_state
     from ascend_engine.config.train import TrainConfig
@@ -136,17 +111,29 @@ def rm_config(prompts, orm_path: Path, **training) -> dict:  # noqa: F811 - the 
     return cfg
 
 
-def capture(tmp_path: Path, cfg: dict) -> tuple[dict, dict]:
-    """The first GRPO step's rollout rows and its metrics, in one process (``layout_rollouts``: TP=2, PP=2)."""
-    out = tmp_path / "rows-1.pt"
-    proc = run(tmp_path, cfg, script=CAPTURE.replace("OUT)", f"{str(out)!r})"))
-    metrics = json.loads(proc.stdout.split("METRICS ", 1)[1].splitlines()[0])
-    return torch.load(out), metrics
+def capture(tmp: Path, configs: dict[str, dict], nproc: int) -> dict[str, tuple[dict, dict]]:
+    """The first GRPO step's rollout rows (rank 0's) and metrics of each config, in one launch of ``nproc``
+    processes."""
+    argv = []
+    for name, cfg in configs.items():
+        (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        argv += [str(tmp / f"{name}.yaml"), str(tmp / f"rows-{name}.pt")]
+    (tmp / "capture.py").write_text(CAPTURE)
+    launcher = [sys.executable] if nproc == 1 else [
+        str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port",
+        str(free_port())]
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+    proc = subprocess.run([*launcher, str(tmp / "capture.py"), *argv], capture_output=True, text=True, timeout=300,
+                          env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return {name: (torch.load(tmp / f"rows-{name}.pt"), json.loads((tmp / f"rows-{name}.pt.metrics.json").read_text()))
+            for name in configs}
 
 
 @pytest.fixture(scope="module")
 def tp1_rollout(prompts, orm, tmp_path_factory):  # noqa: F811
-    return capture(tmp_path_factory.mktemp("tp1_rollout"), rm_config(prompts, orm[0], trainIters=1))
+    """The first GRPO step in one process (``layout_rollouts``: TP=2, PP=2)."""
+    return capture(tmp_path_factory.mktemp("tp1_rollout"), {"tp1": rm_config(prompts, orm[0], trainIters=1)}, 1)["tp1"]
 
 
 @pytest.mark.engine
@@ -183,21 +170,9 @@ LAYOUTS = ["tensorModelParallelSize", "pipelineModelParallelSize"]
 @pytest.fixture(scope="module")
 def layout_rollouts(prompts, orm, tmp_path_factory) -> dict:  # noqa: F811
     """The first GRPO step's rollout rows (rank 0's) and metrics at TP=2 and at PP=2: one torchrun, 2 processes."""
-    tmp = tmp_path_factory.mktemp("layout_rollouts")
-    argv = []
-    for layout in LAYOUTS:
-        cfg = rm_config(prompts, orm[1][layout], trainIters=1)
-        cfg["parallel"] = {layout: 2}
-        (tmp / f"{layout}.yaml").write_text(yaml.safe_dump(cfg))
-        argv += [str(tmp / f"{layout}.yaml"), str(tmp / f"rows-{layout}.pt")]
-    (tmp / "capture.py").write_text(CAPTURE_LAYOUTS)
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-    proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(free_port()), str(tmp / "capture.py"), *argv],
-                          capture_output=True, text=True, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return {layout: (torch.load(tmp / f"rows-{layout}.pt"),
-                     json.loads((tmp / f"rows-{layout}.pt.metrics.json").read_text())) for layout in LAYOUTS}
+    configs = {layout: {**rm_config(prompts, orm[1][layout], trainIters=1), "parallel": {layout: 2}}
+               for layout in LAYOUTS}
+    return capture(tmp_path_factory.mktemp("layout_rollouts"), configs, 2)
 
 
 @pytest.mark.engine
