@@ -212,9 +212,15 @@ def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
         watch = subprocess.Popen(["kubectl", "get", "pod", "drained", "-n", "proto", "-w", "-o", "json"],
                                  env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=subprocess.PIPE,
                                  text=True)
+        first = ""
+        while not first.endswith("\n}\n"):  # the pod as it is, printed before drain starts: no race
+            line = watch.stdout.readline()
+            assert line, f"kubectl get -w ended before printing the pod: {first!r}"
+            first += line
+        assert '"name": "drained"' in first
         drained = kubectl(cluster, "drain", "local", "--pod-selector=drain=me", "--force", "--timeout=20s", "-v=8")
         watch.terminate()
-        seen = watch.communicate(timeout=10)[0]
+        seen = first + watch.communicate(timeout=10)[0]
     finally:
         kubectl(cluster, "uncordon", "local")
         resources.close()
