@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from . import metrics
 from .event_correlator import EventCorrelator
+from .json_transport import JsonTransport
 from .api.group import API_GROUP, API_VERSION, KINDS
 from .permissions import uses, uses_on_kinds
 from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
@@ -94,6 +95,18 @@ class Kube:
         self.api.rest_client.request = with_timeout
         if self.api.configuration.refresh_api_key_hook is not None:
             _check_token_at_most_every(TOKEN_CHECK_S, self.api.configuration)
+        # Plain request/response calls on connections of their own (a third of the CPU of the client's path); a
+        # server reached through a proxy keeps the client's.
+        self._transport = None if self.api.configuration.proxy else \
+            JsonTransport(self.api.configuration, REQUEST_TIMEOUT_S)
+
+    def _headers(self, method: str, path: str, body: Any, query: dict[str, Any] | None,
+                 content_type: str) -> tuple[dict[str, str], str]:
+        """The request's headers (credentials included) and its query string."""
+        headers = {"Content-Type": content_type, "Accept": "application/json", "User-Agent": self.api.user_agent}
+        queries: list[tuple[str, Any]] = [(k, v) for k, v in (query or {}).items() if v is not None]
+        self.api.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
+        return headers, f"?{urlencode(queries)}" if queries else ""
 
     def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
                 content_type: str = "application/json") -> Any:
@@ -105,11 +118,9 @@ class Kube:
         raise ApiException as the generated methods do. Patches are JSON merge patches
         (``application/merge-patch+json``): custom resources take no strategic merge, and on the maps the
         operator patches (annotations, data, an Event's count) the two mean the same."""
-        headers = {"Content-Type": content_type, "Accept": "application/json", "User-Agent": self.api.user_agent}
-        queries: list[tuple[str, Any]] = [(k, v) for k, v in (query or {}).items() if v is not None]
-        self.api.update_params_for_auth(headers, queries, ["BearerToken"], path, method, body)
-        url = self.api.configuration.host + path + (f"?{urlencode(queries)}" if queries else "")
-        response = self.api.call_api(method, url, header_params=headers, body=body)
+        headers, query_string = self._headers(method, path, body, query, content_type)
+        response = self.api.call_api(method, self.api.configuration.host + path + query_string,
+                                     header_params=headers, body=body)
         if not 200 <= response.status < 300:
             response.read()
             raise ApiException(http_resp=response)
@@ -117,7 +128,17 @@ class Kube:
 
     def _json(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
               content_type: str = "application/json") -> dict[str, Any]:
-        return json.loads(self.request(method, path, body, query, content_type).read())
+        """A request whose answer is one JSON document; errors raise ApiException as ``request`` does."""
+        if self._transport is None:
+            return json.loads(self.request(method, path, body, query, content_type).read())
+        headers, query_string = self._headers(method, path, body, query, content_type)
+        answer = self._transport.call(method, path + query_string, headers,
+                                      None if body is None else json.dumps(body).encode())
+        if not 200 <= answer.status < 300:
+            error = ApiException(status=answer.status, reason=answer.reason)
+            error.body, error.headers = answer.body.decode("utf-8", "replace"), answer.headers
+            raise error
+        return json.loads(answer.body)
 
     def _merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self._json("PATCH", path, patch, content_type=MERGE_PATCH)
