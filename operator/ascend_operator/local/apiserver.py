@@ -55,6 +55,7 @@ ADMIN_TOKEN = "local"  # the kubeconfig's token: system:masters, as a cluster's 
 _NO_STRATEGIC_MERGE = ("the body of the request was in an unknown format - accepted media types include: "
                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
 EVENT_LOG_LIMIT = 50_000  # watch events kept for resuming; older resourceVersions answer 410 Gone
+ENCODED_EVENTS_KEPT = 4096  # watch events' JSON lines kept for the other watchers of the same change
 
 
 def now_rfc3339() -> str:
@@ -154,7 +155,9 @@ class LocalKubernetesApi(KubernetesEmulator):
     _log: list[tuple[int, tuple[str, str, str], str, dict[str, Any], dict[str, Any] | None]] = attrs.field(
         factory=list, init=False)
     _log_floor: int = attrs.field(default=0, init=False)
-    _wake: asyncio.Event | None = attrs.field(default=None, init=False)
+    _encoded: dict[tuple[int, str], bytes] = attrs.field(factory=dict, init=False)
+    # Per resource type, what its watchers wait on: a change wakes only the watchers of its type.
+    _wakes: dict[tuple[str, str, str], asyncio.Event] = attrs.field(factory=dict, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     tokens: authorization.Tokens = attrs.field(factory=lambda: authorization.Tokens(ADMIN_TOKEN), init=False)
     _rbac: dict[tuple[str, str | None], list[dict[str, Any]]] | None = attrs.field(default=None, init=False)
@@ -458,9 +461,9 @@ class LocalKubernetesApi(KubernetesEmulator):
             drop = len(self._log) // 2
             self._log_floor = self._log[drop - 1][0]
             del self._log[:drop]
-        if self._wake is not None:
-            self._wake.set()
-            self._wake = asyncio.Event()
+        wake = self._wakes.pop(rt.key, None)
+        if wake is not None:
+            wake.set()
 
     def _check_kind(self, rt: ResourceType, body: Any) -> dict[str, Any]:
         """``body`` as an object of ``rt``; the body is the caller's to give (parsed for this request): it is
@@ -906,10 +909,9 @@ class LocalKubernetesApi(KubernetesEmulator):
                     await response.write(json.dumps({"type": "ERROR", "object": gone.status()}).encode() + b"\n")
                     return response
             while not self._closing:
-                if self._wake is None:
-                    self._wake = asyncio.Event()
-                wake = self._wake
+                wake = self._wakes.get(rt.key) or self._wakes.setdefault(rt.key, asyncio.Event())
                 start = bisect.bisect_right(self._log, position, key=lambda e: e[0])
+                events = []
                 for rv, type_key, kind, obj, old in self._log[start:]:
                     position = rv
                     if type_key != rt.key or (ns is not None and obj["metadata"].get("namespace") != ns):
@@ -920,7 +922,9 @@ class LocalKubernetesApi(KubernetesEmulator):
                     elif not now_in:
                         kind = ""
                     if kind:
-                        await response.write(encode(kind, obj))
+                        events.append(encode(kind, obj) if as_table else self._encoded_event(rv, kind, obj))
+                if events:  # what happened since the last wake-up, in one write
+                    await response.write(b"".join(events))
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -933,10 +937,20 @@ class LocalKubernetesApi(KubernetesEmulator):
             pass  # the client went away, or the server is stopping
         return response
 
+    def _encoded_event(self, rv: int, kind: str, obj: dict[str, Any]) -> bytes:
+        """The JSON line of a change for every watcher that sees it as ``kind`` (stored objects never change,
+        so the line is encoded once, not once a watcher)."""
+        line = self._encoded.get((rv, kind))
+        if line is None:
+            if len(self._encoded) >= ENCODED_EVENTS_KEPT:
+                self._encoded.clear()
+            line = self._encoded[rv, kind] = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+        return line
+
     def close_watches(self) -> None:
         self._closing = True
-        if self._wake is not None:
-            self._wake.set()
+        for wake in self._wakes.values():
+            wake.set()
 
 
 def _request_factory(message, payload, protocol, writer, task) -> aiohttp.web.BaseRequest:

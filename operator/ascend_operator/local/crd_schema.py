@@ -17,7 +17,6 @@ Errors come back in the API server's wording: ``spec.nnodes: Invalid value: 0: .
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -192,6 +191,16 @@ class _Activation:
         return out
 
 
+def _json_copy(value: Any) -> Any:
+    """A copy of JSON data (dicts, lists and immutable scalars): what ``copy.deepcopy`` gives, in a fraction of
+    its time (no memo, no dispatch per scalar)."""
+    if type(value) is dict:
+        return {k: _json_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_json_copy(v) for v in value]
+    return value
+
+
 class CustomResourceSchema:
     """Prune, default and validate custom objects of one CRD version."""
 
@@ -256,7 +265,7 @@ class CustomResourceSchema:
                     sub = extra
                 if sub is None:
                     if preserve or extra is True:
-                        out[key] = copy.deepcopy(item)
+                        out[key] = _json_copy(item)
                     elif pruned is not None and path is not None:
                         pruned.append(_field(path + [key]))
                     continue  # pruned: unknown field of a structural schema
@@ -265,12 +274,12 @@ class CustomResourceSchema:
                 out[key] = self._shape(item, sub, None if path is None else path + [key], pruned)
             for key, sub in (props or {}).items():
                 if key not in out and "default" in sub:
-                    out[key] = self._shape(copy.deepcopy(sub["default"]), sub)
+                    out[key] = self._shape(sub["default"], sub)  # shaping copies: the schema's default stays apart
             return out
         if isinstance(value, list) and isinstance(schema.get("items"), dict):
             return [self._shape(item, schema["items"], None if path is None else path + [i], pruned)
                     for i, item in enumerate(value)]
-        return copy.deepcopy(value)
+        return _json_copy(value)
 
     # -- validation -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from .object_names import format_errors
@@ -45,8 +46,14 @@ def label_errors(field: str, labels: Any) -> list[tuple[str, str]]:
     """apimachinery's ValidateLabels: qualified-name keys, values of at most 63 characters in the label alphabet."""
     errors: list[tuple[str, str]] = []
     for key, value in (labels or {}).items():
-        errors += qualified_name_errors(field, key) + label_value_errors(field, value)
+        if not (type(key) is str and type(value) is str and _valid_label(key, value)):
+            errors += qualified_name_errors(field, key) + label_value_errors(field, value)
     return errors
+
+
+@lru_cache(maxsize=16384)  # the same few labels are on every object of a job, and of every job
+def _valid_label(key: str, value: str) -> bool:
+    return not qualified_name_errors("", key) and not label_value_errors("", value)
 
 
 def label_value_errors(field: str, value: Any) -> list[tuple[str, str]]:

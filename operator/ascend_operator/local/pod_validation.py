@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from .affinity_validation import affinity_errors
@@ -44,7 +45,12 @@ def quantity(value: Any) -> Fraction | None:
         return None
     if isinstance(value, (int, float)):
         return Fraction(value)
-    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
+    return _parsed_quantity(value) if isinstance(value, str) else None
+
+
+@lru_cache(maxsize=4096)  # every pod of every job repeats its few quantities (Fractions are immutable)
+def _parsed_quantity(value: str) -> Fraction | None:
+    match = _QUANTITY.fullmatch(value)
     if match is None:
         return None
     number, suffix = Fraction(match.group(1)), match.group(2) or ""
