@@ -47,6 +47,6 @@ ALLOWED_CAPABILITIES = frozenset(c.strip().upper().removeprefix("CAP_") for c in
 
 # Scale (docs/design: "Work per event"): threads reconciling jobs from the shared work queue, threads issuing API
 # calls for all jobs, and how many of those calls one job may have in flight (a gang's creates and deletes).
-RECONCILE_WORKERS = int(os.environ.get("ASCEND_OPERATOR_RECONCILE_WORKERS", "4"))
+RECONCILE_WORKERS = int(os.environ.get("ASCEND_OPERATOR_RECONCILE_WORKERS", "8"))
 API_THREADS = int(os.environ.get("ASCEND_OPERATOR_API_THREADS", "16"))
 PER_JOB_CONCURRENCY = int(os.environ.get("ASCEND_OPERATOR_PER_JOB_CONCURRENCY", "8"))

@@ -187,13 +187,15 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             PODS.wrote(made)
         return f"{o['kind']}/{o['metadata']['name']}" if made else None
 
-    pods = [o for o in objects if o["kind"] == "Pod"]
-    created = [create(o) for o in objects if o["kind"] != "Pod"]
-    results = fan_out.each(create, pods)
-    failure = next((r for r in results if isinstance(r, Exception)), None)
-    if failure is not None:
-        raise failure
-    return [c for c in created + results if c]  # type: ignore[misc]
+    # The objects the pods use (Service, ConfigMap, PodGroup) first, side by side, then the pods.
+    made: list[Any] = []
+    for batch in ([o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"]):
+        results = fan_out.each(create, batch)
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+        made += results
+    return [c for c in made if c]
 
 
 def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status: dict[str, Any],
