@@ -153,6 +153,9 @@ class JsonTransport:
 
     def call(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> Answer:
         """One request (``target`` is the path and query below the server's URL); the whole answer."""
+        if any("\r" in text or "\n" in text or (text is target and " " in text)
+               for text in (target, *headers, *headers.values())):
+            raise ValueError(f"{method} {target!r}: a line break (or a space in the path) would split the request")
         lines = [f"{method} {self.base}{target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None or method in ("POST", "PUT", "PATCH"):

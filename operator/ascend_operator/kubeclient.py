@@ -1,5 +1,5 @@
-"""The operator's access to the Kubernetes API: the official client's connections and credentials, plain JSON
-dicts in and out.
+"""The operator's access to the Kubernetes API: the official client's configuration and credentials, plain JSON
+dicts in and out (over ``json_transport``'s connections; watches over the client's).
 
 Loads in-cluster credentials in a pod and ``KUBECONFIG`` elsewhere (the local cluster writes one). Calls that
 meet a conflict (409), throttling (429) or a server error (5xx) are retried with exponential backoff; every

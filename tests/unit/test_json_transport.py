@@ -108,6 +108,8 @@ def test_an_error_answer_raises_api_exception_with_the_status_message(server):
     assert json.loads(refused.value.body)["message"] == 'pods "x" not found'
     assert kube._get("/missing") is None
     assert kube._json("GET", "/still") == {"path": "/still", "auth": "Bearer t0ken"}  # the connection goes on
+    with pytest.raises(ValueError, match="line break"):  # no header smuggled into the request
+        kube._transport.call("GET", "/x", {"User-Agent": "a\r\nX-Injected: 1"}, None)
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
