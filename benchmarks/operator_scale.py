@@ -1,8 +1,9 @@
 """How the operator copes with many jobs, and with one very large job, against the loopback API server.
 
 ``jobs`` mode (default N = 100 and 500): a fresh API server, the operator as its own process, N two-pod
-AscendTrainJobs created at once from 8 client threads (a process of their own, as a real server's users are). Prints p50/p95 of apply -> all of the job's pods created,
-the time until every job has a status (reconciled), and the operator's resident memory (now and peak).
+AscendTrainJobs created at once from 8 client threads (in a process of their own, as a real server's users are).
+Prints p50/p95 of apply -> all of the job's pods created, the time until every job has a status (reconciled),
+and the operator's resident memory (now and peak).
 
 ``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in three phases:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -119,6 +121,16 @@ class PodTally:
         self._conn.close()
 
 
+def _api_client(kubeconfig: str) -> client.ApiClient:
+    """The benchmark's own client (its requests are not counted as the operator's: AGENT)."""
+    conf = client.Configuration()
+    config.load_kube_config(kubeconfig, client_configuration=conf)
+    conf.connection_pool_maxsize = 16
+    api = client.ApiClient(conf)
+    api.user_agent = AGENT
+    return api
+
+
 class Operator:
     """The operator as its own process against a fresh counting API server."""
 
@@ -129,11 +141,7 @@ class Operator:
         finally:
             apiserver.LocalKubernetesApi = original
         kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
-        conf = client.Configuration()
-        config.load_kube_config(str(kubeconfig), client_configuration=conf)
-        conf.connection_pool_maxsize = 16
-        self.api = client.ApiClient(conf)
-        self.api.user_agent = AGENT
+        self.api = _api_client(str(kubeconfig))
         ext = client.ApiextensionsV1Api(self.api)
         for path in sorted((ROOT / "crds").glob("*.yaml")):
             ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
@@ -273,12 +281,7 @@ def _apply_clients(kubeconfig: str, n: int, nnodes: int, go, results) -> None:
     """The users: 8 client threads in a process of their own (a real API server's clients are not in its process,
     and sharing its interpreter would make the server wait on them). Sends (apply times by job, seconds taken,
     process CPU seconds) once all are applied."""
-    conf = client.Configuration()
-    config.load_kube_config(kubeconfig, client_configuration=conf)
-    conf.connection_pool_maxsize = 16
-    api = client.ApiClient(conf)
-    api.user_agent = AGENT
-    custom = client.CustomObjectsApi(api)
+    custom = client.CustomObjectsApi(_api_client(kubeconfig))
     applied: dict[str, float] = {}
 
     def apply(i: int) -> None:
@@ -295,8 +298,6 @@ def _apply_clients(kubeconfig: str, n: int, nnodes: int, go, results) -> None:
 
 
 def jobs(n: int, nnodes: int = 2) -> None:
-    import multiprocessing
-
     with tempfile.TemporaryDirectory() as tmp:
         op = Operator(Path(tmp))
         try:
