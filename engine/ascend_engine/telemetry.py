@@ -106,12 +106,11 @@ class Metrics:
 
         def app(environ, start_response):
             path = environ.get("PATH_INFO")
-            if path not in (SERIES_PATH, EVENTS_PATH):
-                return metrics_app(environ, start_response)
-            served = self._fetch_series() if path == SERIES_PATH else recent_events()
-            body = json.dumps(served, separators=(",", ":")).encode()
-            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-            return [body]
+            if path == SERIES_PATH:
+                return self._serve_series(start_response)
+            if path == EVENTS_PATH:
+                return _json_response(start_response, recent_events())
+            return metrics_app(environ, start_response)
 
         class Quiet(WSGIRequestHandler):
             def log_message(self, *args: Any) -> None:
@@ -126,14 +125,20 @@ class Metrics:
         atexit.register(lambda: _REPORTED or report_result(dict(self.values)))
         atexit.register(self._wait_for_reader)
 
-    def _fetch_series(self) -> list[dict[str, Any]]:
+    def _serve_series(self, start_response) -> _Sent:
+        """The series as JSON; it counts as read only once the response has been written (WSGI calls ``close``
+        after the last byte), so a run waiting at exit never dies while the reader's response is still unsent."""
         with self._fetched:
             points = list(self.series)
-            self._read = True
-            if points:
-                self._fetched_iteration = points[-1]["iteration"]
-                self._fetched.notify_all()
-            return points
+
+        def sent() -> None:
+            with self._fetched:
+                self._read = True
+                if points:
+                    self._fetched_iteration = points[-1]["iteration"]
+                    self._fetched.notify_all()
+
+        return _Sent(_json_response(start_response, points), sent)
 
     def _wait_for_reader(self) -> None:
         """Keep the endpoint up until the reader has the series' newest points (bounded), so the dashboard's
@@ -166,6 +171,24 @@ class Metrics:
         at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._fetched:
             self.series = add_point(self.series, iteration, fields, at) or self.series
+
+
+def _json_response(start_response, served: Any) -> list[bytes]:
+    body = json.dumps(served, separators=(",", ":")).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class _Sent(list):
+    """A WSGI body that calls ``on_sent`` from ``close``, which the server calls once it has written the body
+    (or given up on a reader that went away)."""
+
+    def __init__(self, body: list[bytes], on_sent) -> None:
+        super().__init__(body)
+        self._on_sent = on_sent
+
+    def close(self) -> None:
+        self._on_sent()
 
 
 _SERVING: Metrics | None = None

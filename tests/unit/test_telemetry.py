@@ -1,7 +1,11 @@
 """Rank 0's metrics endpoint as the operator reads it: nothing before the first report, then the figures."""
+import json
 import re
 import socket
+import threading
 import time
+import urllib.request
+from wsgiref.simple_server import ServerHandler
 
 from ascend_engine import telemetry
 from ascend_engine.telemetry import Metrics
@@ -66,3 +70,32 @@ def test_a_long_start_up_step_is_said_again_until_the_command_has_started(capsys
     assert len(still) >= 2 and all(re.search(r"s still importing torch \(\d+s\)$", line) for line in still), before
     assert before.index(next(line for line in before if line.endswith("s building the model"))) > before.index(still[-1])
     assert any("still building the model (" in line for line in before), before
+
+
+def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series_is_written(monkeypatch):
+    """The run exits as soon as it is released: released before the response is written, the operator's read
+    of the series dies with the process and the dashboard's history keeps only the final point."""
+    port = _free_port()
+    metrics = Metrics()
+    metrics.serve(port, "127.0.0.1")
+    for i in (1, 2, 3):
+        metrics.set(iteration=i, loss=4.0 - i)
+    monkeypatch.setenv("POD_IP", "127.0.0.1")
+    metrics.expect_reader()
+    released = threading.Event()
+    waiter = threading.Thread(target=lambda: (metrics._wait_for_reader(), released.set()), daemon=True)
+    waiter.start()
+    released_before_write = []
+    write = ServerHandler.write
+
+    def slow_write(self, data):
+        time.sleep(0.3)  # a loaded machine: the waiter had time to run
+        released_before_write.append(released.is_set())
+        write(self, data)
+
+    monkeypatch.setattr(ServerHandler, "write", slow_write)
+    time.sleep(0.2)
+    assert not released.is_set()  # nobody has read yet
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/series", timeout=10) as response:
+        assert [p["iteration"] for p in json.loads(response.read())] == [1, 2, 3]
+    assert released.wait(10) and released_before_write == [False]
