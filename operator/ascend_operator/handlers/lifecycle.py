@@ -332,7 +332,10 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
         if not _write_status(key, obj, status):
             return
         if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status):
-            why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+            # The newest condition says why; of two set in the same second (Suspended=False Resumed and Failed
+            # InvalidPodTemplate on a resume), the one named after the new phase.
+            why = max(status.get("conditions") or [{}],
+                      key=lambda c: (c.get("lastTransitionTime") or "", c.get("type") == status["phase"]))
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
