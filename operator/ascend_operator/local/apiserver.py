@@ -550,6 +550,13 @@ class LocalKubernetesApi(KubernetesEmulator):
             field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
             obj = checked.pruned(obj)
             errors += checked.errors
+        pruned: list[str] = []
+        if rt.schema is not None:  # a custom object's metadata is decoded as ObjectMeta, as any kind's is
+            try:
+                meta = core_schemas.check_custom_metadata(rt.kind, rt.version, obj)
+            except core_schemas.DecodingError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
+            pruned, obj = meta.unknown_fields(), meta.pruned(obj)
         errors += metadata_errors(obj)
         if rt.schema is None and rt.crd_name is None:
             errors += object_rules_errors(rt.group, rt.plural, obj)
@@ -558,7 +565,6 @@ class LocalKubernetesApi(KubernetesEmulator):
                 raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
-            pruned: list[str] = []
             obj = rt.schema.prepare(obj, pruned, old)
             field_validation.report(rt.kind, rt.version, pruned)  # decoding comes before validation
             errors += rt.schema.errors(obj, old)
