@@ -94,6 +94,11 @@ CASES = [
     ("trainer argument with a NUL byte", {**atj(), "spec": {"image": "x", "trainer": {"command": ["torchrun"],
                                                                                         "args": ["a\x00b"]}}},
      ["spec.trainer.args[0]: Invalid value"]),
+    # JSON numbers as kube-apiserver decodes them: an integral float is an integer; past int64 it is a float64,
+    # which no integer field takes (it was stored as written).
+    ("nnodes written as 2.0", atj(nnodes=2.0), None),
+    ("trainIters past int64", atj(train__training={"trainIters": 2 ** 63}),
+     ['spec.train.training.trainIters: Invalid value: "number"', "must be of type integer"]),
     ("the same env name twice", atj(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
      ['spec.env[1]: Duplicate value: map[string]interface {}{"name":"A"}']),
     ("valueFrom with no source", atj(env=[{"name": "T", "valueFrom": {}}]),

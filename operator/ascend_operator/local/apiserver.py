@@ -68,6 +68,13 @@ def _json_bytes(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _go_number(text: str) -> int | float:
+    """A JSON integer as kube-apiserver decodes it: an int64, or a float64 beyond that range (which then fails an
+    integer schema's type check instead of being stored as written)."""
+    value = int(text)
+    return value if -2 ** 63 <= value < 2 ** 63 else float(value)
+
+
 def _json_answer(value: Any, status: int = 200) -> aiohttp.web.Response:
     return aiohttp.web.Response(body=_json_bytes(value), status=status, content_type="application/json")
 
@@ -343,7 +350,7 @@ class LocalKubernetesApi(KubernetesEmulator):
         if not text.strip():
             return None
         try:
-            return json.loads(text)
+            return json.loads(text, parse_int=_go_number)
         except ValueError:
             try:
                 return yaml.safe_load(text)
