@@ -271,6 +271,24 @@ def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_
     assert stored["spec"]["tolerations"] == [{"key": "a", "operator": "Exists"}]
 
 
+def test_a_custom_objects_metadata_is_decoded_as_object_meta(cluster):
+    """An unknown field in a custom object's metadata was stored as written, also under Strict."""
+    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job["metadata"] |= {"name": "meta-typo", "label": {"team": "a"}}
+    strict = _apply(cluster, job)
+    assert strict.returncode != 0 and 'strict decoding error: unknown field "metadata.label"' in strict.stderr, \
+        strict.stderr
+    job["spec"]["runPolicy"] = {"suspend": True}
+    warned = _apply(cluster, job, "--validate=warn")
+    assert warned.returncode == 0 and 'unknown field "metadata.label"' in warned.stderr, warned.stderr
+    stored = json.loads(kubectl(cluster, "get", "atj", "meta-typo", "-o", "json").stdout)
+    assert "label" not in stored["metadata"]
+    typed = kubectl(cluster, "patch", "atj", "meta-typo", "--type=merge", "-p", '{"metadata": {"labels": "a"}}',
+                    check=False)
+    assert typed.returncode != 0 and ("cannot be handled as a AscendTrainJob: json: cannot unmarshal string into Go "
+                                      "struct field metadata.labels of type object") in typed.stderr, typed.stderr
+
+
 def test_a_value_of_the_wrong_type_fails_decoding_as_on_kube_apiserver(cluster):
     result = _apply(cluster, _pod("typed", container={"ports": [{"containerPort": "http"}]}))
     assert result.returncode != 0 and 'cannot be handled as a Pod' in result.stderr, result.stderr

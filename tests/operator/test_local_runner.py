@@ -138,6 +138,19 @@ def test_failure_exit_code_and_on_failure_restarts(runner, core, cluster_root: P
     assert read_logs(cluster_root, "default", "flaky").splitlines() == ["attempt 0", "attempt 1", "attempt 2"]
 
 
+def test_a_container_that_cannot_start_fails_alone(runner, core):
+    """A NUL byte in a variable (kube-apiserver accepts it; execve cannot pass it) is a StartError of that pod;
+    it once failed every sync pass of the node, so no other pod on it started."""
+    core.create_namespaced_pod("default", python_pod("nul", "print(1)", container={"env": [
+        {"name": "A", "value": "a\x00b"}]}))
+    core.create_namespaced_pod("default", python_pod("after-nul", "print(1)"))
+    failed = wait_for(pod_phase(core, "nul"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    terminated = failed.status.container_statuses[0].state.terminated
+    assert (failed.status.phase, terminated.exit_code, terminated.reason) == ("Failed", 128, "StartError")
+    assert "null byte" in terminated.message
+    assert wait_for(pod_phase(core, "after-nul"), lambda p: p.status.phase == "Succeeded")
+
+
 def test_unschedulable_device_request_stays_pending(runner, core):
     pod = python_pod("greedy", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "4"}}})
     core.create_namespaced_pod("default", pod)

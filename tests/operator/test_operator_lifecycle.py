@@ -239,6 +239,28 @@ def test_a_failed_dependency_fails_the_job(operator, api_client):
     assert cond["reason"] == "DependencyFailed" and "CheckpointConvert broken" in cond["message"]
 
 
+def test_a_reference_cycle_or_an_unusable_dependency_fails_at_once_with_a_warning(operator, api_client):
+    """A cycle would leave every job on it Pending forever; a conversion to HuggingFace can never feed training
+    (found as soon as it exists, not after it has run)."""
+    create(api_client, _convert("back", trainJobRef="loop", convert={
+        "loadModelType": "mg", "saveModelType": "mg", "saveDir": "/ckpt/back"}), "checkpointconverts")
+    create(api_client, job("loop", checkpointConvertRef="back",
+                           train={"parallel": {"tensorModelParallelSize": 2}, "checkpoint": {"save": "/ckpt/loop"}}))
+    create(api_client, _convert("to-hf", convert={"loadDir": "/mcore", "saveModelType": "hf", "saveDir": "/hf",
+                                                  "modelTypeHf": "qwen3"}), "checkpointconverts")
+    create(api_client, job("wrong-way", checkpointConvertRef="to-hf"))
+    for name, plural, reason, says in [
+            ("loop", PLURAL, "DependencyCycle", "spec.checkpointConvertRef names CheckpointConvert back, whose "
+                                                "spec.trainJobRef names AscendTrainJob loop, this job"),
+            ("back", "checkpointconverts", "DependencyCycle", "spec.trainJobRef names AscendTrainJob loop, whose "
+                                                              "spec.checkpointConvertRef names CheckpointConvert back"),
+            ("wrong-way", PLURAL, "DependencyInvalid", "CheckpointConvert to-hf writes a HuggingFace model")]:
+        cond = next(c for c in phase_is(api_client, name, "Failed", plural)["conditions"] if c["type"] == "Failed")
+        assert cond["reason"] == reason and says in cond["message"], cond
+        wait_for(lambda: ("Failed", cond["message"]) in events_of(api_client, name), what=f"{name}'s Warning event")
+    assert pods_of(api_client, "loop") == [] and pods_of(api_client, "wrong-way") == []
+
+
 @pytest.mark.parametrize("spec,message", [
     ({"datasetPrepRef": "p", "train": {"parallel": {"tensorModelParallelSize": 2}, "data": {"dataPath": ["/d"]}}},
      "datasetPrepRef and train.data.dataPath exclude each other"),

@@ -10,7 +10,8 @@ from kubernetes.client.rest import ApiException
 
 from ascend_operator.handlers import create_errors
 from test_operator_lifecycle import create, events_of, phase_is
-from test_operator_train_job import get_job, job, operator, pods_of, set_pod_phase, wait_for  # noqa: F401
+from test_operator_train_job import (GROUP, PLURAL, VERSION, get_job, job, operator,  # noqa: F401
+                                     pods_of, set_pod_phase, wait_for)
 
 pytestmark = pytest.mark.operator
 
@@ -53,6 +54,19 @@ def test_a_refused_pod_fails_the_job_with_the_servers_message(operator, api_clie
                     if e.involved_object.name == name and says in e.message]
         assert warnings and all(e.type == "Warning" for e in warnings)
         assert pods_of(api_client, name) == []
+
+
+def test_a_pod_refused_on_resume_posts_the_refusal_not_the_resume(operator, api_client):
+    """Resumed and Failed are set in the same second: the Failed event must carry the server's refusal."""
+    name, spec, _, says = REFUSED[1]
+    create(api_client, job(f"{name}-resumed", runPolicy={"suspend": True}, **spec))
+    phase_is(api_client, f"{name}-resumed", "Suspended")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, "default", PLURAL, f"{name}-resumed", {"spec": {"runPolicy": {"suspend": False}}})
+    phase_is(api_client, f"{name}-resumed", "Failed")
+    says = says.replace(f"{name}-0-0", f"{name}-resumed-0-0")
+    wait_for(lambda: [m for r, m in events_of(api_client, f"{name}-resumed") if r == "Failed"], what="Failed event")
+    assert [says in m for r, m in events_of(api_client, f"{name}-resumed") if r == "Failed"] == [True]
 
 
 def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api_client, tmp_path):

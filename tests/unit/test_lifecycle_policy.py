@@ -7,7 +7,7 @@ from ascend_operator.api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JO
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.api.single_pod import CheckpointConvertSpec
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.handlers.dependencies import DependencyError, Ref, readiness, refs, resolve
+from ascend_operator.handlers.dependencies import Ref, cycle, readiness, refs, resolve
 from ascend_operator.status import derive
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -121,9 +121,10 @@ def test_outputs_become_data_path_and_checkpoint_load():
     # After a restart with a checkpoint of its own, the job resumes from it, not from the converted base.
     resumed = resolve(spec, found, {"progress": {"lastCheckpointIteration": 20}})
     assert resumed.train.checkpoint.load is None and not resumed.train.checkpoint.finetune
-    found[conv] = _obj("Succeeded", {"convert": {"saveModelType": "hf", "saveDir": "/hf"}})
-    with pytest.raises(DependencyError, match="needs a Megatron one"):
-        resolve(spec, found, {})
+    # A conversion to HuggingFace can never feed the job: known as soon as it exists, not after it has run.
+    found[conv] = _obj("Pending", {"convert": {"saveModelType": "hf", "saveDir": "/hf"}})
+    state, message = readiness(found)
+    assert state == "Invalid" and "needs a Megatron one" in message
 
 
 def test_export_of_a_lora_job_merges_its_adapters_into_its_base():
@@ -136,8 +137,8 @@ def test_export_of_a_lora_job_merges_its_adapters_into_its_base():
     assert (merged.loadDir, merged.loraLoad) == ("/base-tp2", "/adapters")
     assert (merged.loraR, merged.loraAlpha, merged.loraTargetModules) == (8, 16, ["linear_qkv", "linear_fc1"])
     no_base = {"train": {"checkpoint": {"save": "/adapters"}, "lora": {"loraR": 8}}}
-    with pytest.raises(DependencyError, match="no base to merge into"):
-        resolve(spec, {ref: _obj("Succeeded", no_base)}, {})
+    assert readiness({ref: _obj("Running", no_base)}) == (
+        "Invalid", "AscendTrainJob lora trains LoRA adapters but has no train.checkpoint.load: no base to merge into")
 
 
 def test_export_reads_the_training_jobs_checkpoint():
@@ -147,8 +148,24 @@ def test_export_reads_the_training_jobs_checkpoint():
     assert ref.kind is TRAIN_JOB
     done = resolve(spec, {ref: _obj("Succeeded", {"train": {"checkpoint": {"save": "/ckpt/sft"}}})}, {})
     assert done.convert.engine_config().loadDir == "/ckpt/sft"
-    with pytest.raises(DependencyError, match="no train.checkpoint.save"):
-        resolve(spec, {ref: _obj("Succeeded", {"train": {}})}, {})
+    assert readiness({ref: _obj("Pending", {"train": {}})}) == (
+        "Invalid", "AscendTrainJob sft has no train.checkpoint.save: there is no checkpoint to convert")
+
+
+def test_a_reference_cycle_is_found_and_named():
+    """sft waits for CheckpointConvert export, which waits for sft: neither would ever start."""
+    spec = _train(checkpointConvertRef="export")
+    export = {"spec": {"trainJobRef": "sft", "convert": {"saveModelType": "mg"}}, "status": {"phase": "Pending"}}
+    found = {ref: export for ref in refs(spec)}
+    assert readiness(found)[0] == "Waiting"
+    assert cycle(TRAIN_JOB, "sft", found, lambda ref: None) == (
+        "dependency cycle: spec.checkpointConvertRef names CheckpointConvert export, whose spec.trainJobRef names "
+        "AscendTrainJob sft, this job: none of them can start until one of the references is removed")
+    assert cycle(TRAIN_JOB, "other", found, lambda ref: None) is None  # export waits for sft, not for this job
+    # Longer: sft -> export -> pre (another job) -> export: a cycle that does not include sft ends the walk too.
+    pre = {"spec": {"checkpointConvertRef": "export"}}
+    looping = {ref: {**export, "spec": {**export["spec"], "trainJobRef": "pre"}} for ref in refs(spec)}
+    assert cycle(TRAIN_JOB, "sft", looping, lambda ref: pre) is None
 
 
 def test_a_dpo_job_trains_on_pairwise_outputs_against_the_converted_reference():

@@ -48,6 +48,9 @@ IMAGE_PATTERN = (rf"^({_DOMAIN}/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*(:[A-Za-
 # kube-apiserver 1.32's environment variable names (RelaxedEnvironmentVariableValidation, on by default): printable
 # ASCII but '='.
 ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+# What reaches execve (env values, a command and its arguments): kube-apiserver takes a NUL byte, but no process
+# can be started with one (runc refuses it), so the pods would fail with StartError on every restart.
+NO_NUL_PATTERN = r"^[^\x00]*$"
 
 
 def passthrough_list() -> Any:
@@ -73,7 +76,7 @@ class EnvVar(KubeModel):
 
     name: Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX, pattern=ENV_NAME_PATTERN)]
     """Variable name (printable ASCII but '=', as kube-apiserver 1.32 allows)."""
-    value: Annotated[str, Field(max_length=ENV_VALUE_MAX)] = ""
+    value: Annotated[str, Field(max_length=ENV_VALUE_MAX, pattern=NO_NUL_PATTERN)] = ""
     """Value."""
     valueFrom: Annotated[dict[str, Any] | None, Field(min_length=1, max_length=1), Passthrough] = None
     """secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef, as in a Pod spec. The kubelet resolves it:

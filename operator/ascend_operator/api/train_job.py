@@ -69,6 +69,13 @@ PIPELINE_RULES = [
      "message": "volcanoQueue needs gangScheduling: volcano",
      "fieldPath": ".volcanoQueue", "reason": "FieldValueForbidden"},
 ]
+# Pod 0 serves the rendezvous (masterPort) and rank 0's metrics: one port for both fails at bind after the pods
+# started. With hostNetwork the operator assigns both from the job's own block, so the written ones do not apply.
+PORT_RULES = [
+    {"rule": f"self.hostNetwork || !has(self.{block}) || self.{block}.{port} != self.masterPort",
+     "message": f"{block}.{port} and masterPort must differ: pod 0 listens on both",
+     "fieldPath": f".{block}.{port}", "reason": "FieldValueInvalid"}
+    for block, port in (("train", "observability.metricsPort"), ("trainer", "metricsPort"))]
 # An evaluation-only job (no train) evaluates an existing checkpoint; there is nothing to prepare or convert.
 EVALUATION_ONLY_RULES = [
     {"rule": "has(self.train) || has(self.trainer) || has(self.evaluation)",
@@ -109,7 +116,7 @@ class AscendTrainJobSpec(PodSettings):
     model_config = PodSettings.model_config | {
         "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, GLOBAL_BATCH_RULE, *EXPERT_RULES, *PIPELINE_RULES,
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
-                                                              *TRAINER_RULES, *ELASTIC_RULES]}}
+                                                              *TRAINER_RULES, *ELASTIC_RULES, *PORT_RULES]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -187,6 +194,10 @@ class AscendTrainJobSpec(PodSettings):
                 self.train.check_world_size(self.world_size)
             except ValueError as e:
                 raise ValueError(f"nnodes x nprocPerNode ({self.nnodes} x {self.nprocPerNode}): {e}") from None
+        ports = (self.train and self.train.observability.metricsPort, self.trainer and self.trainer.metricsPort)
+        for rule, port in zip(PORT_RULES, ports):
+            if not self.hostNetwork and port == self.masterPort:
+                raise ValueError(rule["message"])
         if self.elastic is not None:
             self._check_elastic(self.elastic)
         broken = (bool(self.datasetPrepRef and self.train and self.train.data.dataPath),

@@ -12,7 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .kube import KubeModel
+from .kube import NO_NUL_PATTERN, KubeModel
+
+ExecString = Annotated[str, Field(pattern=NO_NUL_PATTERN)]
 
 DEFAULT_METRICS_PORT = 9400
 
@@ -20,11 +22,11 @@ DEFAULT_METRICS_PORT = 9400
 class TrainerCommand(KubeModel):
     """The user's own trainer: command and arguments run in every pod (spec.image, spec.env, spec.volumes)."""
 
-    command: Annotated[list[str], Field(min_length=1)]
+    command: Annotated[list[ExecString], Field(min_length=1)]
     """The program, e.g. [torchrun, pretrain_gpt.py] or [bash, -c, "torchrun ..."]."""
-    args: list[str] = []
+    args: list[ExecString] = []
     """Its arguments, after command."""
-    workingDir: str | None = None
+    workingDir: ExecString | None = None
     """Working directory of the container (the image's by default)."""
     progress: Literal["megatron", "none"] = "megatron"
     """megatron: the command runs under `ascend-engine watch` (the image needs the ascend-train-operator Python

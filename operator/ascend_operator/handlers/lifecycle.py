@@ -44,7 +44,7 @@ from ..status import TERMINAL, condition, derive, is_true, now, set_condition, t
 from ..workqueue import WorkQueue, Workers
 from . import create_errors, engine_events, kueue, stalls
 from .common import kube, parse_spec
-from .dependencies import DependencyError, readiness, refs, resolve
+from .dependencies import cycle, readiness, refs, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -201,22 +201,22 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
 def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status: dict[str, Any],
                            at: str) -> tuple[Any, dict[str, Any], bool]:
     """(spec with the dependencies' outputs, status, whether to go on creating and following pods)."""
-    found = {ref: kube().get_custom(ref.kind.kind, obj["metadata"]["namespace"], ref.name) for ref in refs(spec)}
+    namespace = obj["metadata"]["namespace"]
+    found = {ref: kube().get_custom(ref.kind.kind, namespace, ref.name) for ref in refs(spec)}
     if not found:
         return spec, status, True
     state, message = readiness(found)
+    if state == "Waiting" and (loop := cycle(job.kind, obj["metadata"]["name"], found,
+                                             lambda ref: kube().get_custom(ref.kind.kind, namespace, ref.name))):
+        state, message = "Cycle", loop
     conditions = status.get("conditions", [])
-    if state == "Failed":
-        conditions = set_condition(conditions, "Failed", "True", "DependencyFailed", message, at)
+    if reason := {"Failed": "DependencyFailed", "Invalid": "DependencyInvalid", "Cycle": "DependencyCycle"}.get(state):
+        conditions = set_condition(conditions, "Failed", "True", reason, message, at)
         return spec, {**status, "phase": "Failed", "conditions": conditions, "completionTime": at}, False
     if state == "Waiting":
         conditions = set_condition(conditions, "DependenciesReady", "False", "WaitingForDependencies", message, at)
         return spec, {**status, "phase": "Pending", "conditions": conditions}, False
-    try:
-        spec = resolve(spec, found, status)
-    except DependencyError as e:
-        conditions = set_condition(conditions, "Failed", "True", "DependencyInvalid", str(e), at)
-        return spec, {**status, "phase": "Failed", "conditions": conditions, "completionTime": at}, False
+    spec = resolve(spec, found, status)
     conditions = set_condition(conditions, "DependenciesReady", "True", "DependenciesSucceeded", message, at)
     return spec, {**status, "conditions": conditions}, True
 
@@ -332,7 +332,10 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
         if not _write_status(key, obj, status):
             return
         if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status):
-            why = max(status.get("conditions") or [{}], key=lambda c: c.get("lastTransitionTime") or "")
+            # The newest condition says why; of two set in the same second (Suspended=False Resumed and Failed
+            # InvalidPodTemplate on a resume), the one named after the new phase.
+            why = max(status.get("conditions") or [{}],
+                      key=lambda c: (c.get("lastTransitionTime") or "", c.get("type") == status["phase"]))
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or

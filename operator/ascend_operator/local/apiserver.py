@@ -68,6 +68,13 @@ def _json_bytes(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _go_number(text: str) -> int | float:
+    """A JSON integer as kube-apiserver decodes it: an int64, or a float64 beyond that range (which then fails an
+    integer schema's type check instead of being stored as written)."""
+    value = int(text)
+    return value if -2 ** 63 <= value < 2 ** 63 else float(value)
+
+
 def _json_answer(value: Any, status: int = 200) -> aiohttp.web.Response:
     return aiohttp.web.Response(body=_json_bytes(value), status=status, content_type="application/json")
 
@@ -343,7 +350,7 @@ class LocalKubernetesApi(KubernetesEmulator):
         if not text.strip():
             return None
         try:
-            return json.loads(text)
+            return json.loads(text, parse_int=_go_number)
         except ValueError:
             try:
                 return yaml.safe_load(text)
@@ -550,6 +557,13 @@ class LocalKubernetesApi(KubernetesEmulator):
             field_validation.report(rt.kind, rt.version, checked.unknown_fields())  # decoding comes first
             obj = checked.pruned(obj)
             errors += checked.errors
+        pruned: list[str] = []
+        if rt.schema is not None:  # a custom object's metadata is decoded as ObjectMeta, as any kind's is
+            try:
+                meta = core_schemas.check_custom_metadata(rt.kind, rt.version, obj)
+            except core_schemas.DecodingError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from None
+            pruned, obj = meta.unknown_fields(), meta.pruned(obj)
         errors += metadata_errors(obj)
         if rt.schema is None and rt.crd_name is None:
             errors += object_rules_errors(rt.group, rt.plural, obj)
@@ -558,7 +572,6 @@ class LocalKubernetesApi(KubernetesEmulator):
                 raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
-            pruned: list[str] = []
             obj = rt.schema.prepare(obj, pruned, old)
             field_validation.report(rt.kind, rt.version, pruned)  # decoding comes before validation
             errors += rt.schema.errors(obj, old)

@@ -61,7 +61,15 @@ def _registry() -> referencing.Registry:
     return referencing.Resource.from_contents(_definitions()) @ referencing.Registry()
 
 
+# The schema a custom object's metadata is decoded with: ObjectMeta, as for every kind (a CRD's own schema does not
+# describe metadata), so an unknown field there is pruned or refused like one in a ConfigMap's metadata.
+_OBJECT_META = ("", "", "ObjectMeta")
+
+
 def _schema(group: str, version: str, kind: str) -> dict[str, Any] | None:
+    if (group, version, kind) == _OBJECT_META:
+        return {"$id": "https://kubernetes.io/api/objectmeta", "type": "object", "properties": {
+            "metadata": {"$ref": "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}}}
     api_version = f"{group.split('.', 1)[0]}-{version}" if group else version
     try:
         return schema_contents(f"{_SCHEMA_DIR}/{kind.lower()}-{api_version}.json", KUBERNETES_VERSION)
@@ -141,9 +149,18 @@ class Checked:
 
 def check(group: str, version: str, kind: str, obj: dict[str, Any]) -> Checked:
     """Validation errors and unknown fields of a built-in object; raises DecodingError for a wrong JSON type."""
+    return _check((group, version, kind), kind, version, obj)
+
+
+def check_custom_metadata(kind: str, version: str, obj: dict[str, Any]) -> Checked:
+    """The same for a custom object's ``metadata`` (paths start at ``metadata``, so ``pruned`` takes the object)."""
+    return _check(_OBJECT_META, kind, version, {"metadata": obj.get("metadata") or {}})
+
+
+def _check(schema: tuple[str, str, str], kind: str, version: str, obj: dict[str, Any]) -> Checked:
     checked = Checked()
-    validator = _validator(group, version, kind)
-    if validator is None or _quick_validator(group, version, kind).is_valid(obj):
+    validator = _validator(*schema)
+    if validator is None or _quick_validator(*schema).is_valid(obj):
         return checked
     for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
         path = list(error.absolute_path)

@@ -192,6 +192,7 @@ class _Activation:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_JSON_INT_MAX = 2 ** 53 - 1  # the largest float kube-apiserver's schema validation takes for an integer
 _NO_PROPERTIES: dict[str, Any] = {}
 
 
@@ -298,6 +299,8 @@ class CustomResourceSchema:
             items = schema["items"]
             return [self._shape(item, items, None if path is None else (path, i), pruned)
                     for i, item in enumerate(value)]
+        if kind is float and schema.get("type") == "integer" and value.is_integer() and abs(value) <= _JSON_INT_MAX:
+            return int(value)  # 2.0 is an integer to kube-apiserver (swag.IsFloat64AJSONInteger), stored as 2
         return value if kind in _SCALARS else _json_copy(value)
 
     def _defaulted(self, schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -331,7 +331,8 @@ class PodRunner:
                 running.process = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdout=log,
                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                    start_new_session=True)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or variable (runc
+                # refuses it too); either way the container cannot start, and the node's other pods go on
                 log.write(f"local runner: cannot start {launch.argv[0]!r}: {exc}\n".encode())
                 running.process = None
                 self._exited(pod, running, 128, start_error=str(exc))
