@@ -4,7 +4,8 @@ As on kube-apiserver (1.27+): ``Strict`` answers 400 BadRequest ``strict decodin
 before the object is validated, ``Warn`` (the default when the parameter is absent) stores the pruned object
 and answers with one ``Warning: 299`` header per unknown field, ``Ignore`` prunes silently. Unknown fields are
 the ones the CRD's structural schema prunes, or for built-in kinds (and every custom object's metadata, which is
-ObjectMeta) the ones Kubernetes' own OpenAPI schema does not know (``core_schemas``). Differs from a real API server: duplicate fields in a JSON body are not detected.
+ObjectMeta) the ones Kubernetes' own OpenAPI schema does not know (``core_schemas``). Differs from a real API
+server: duplicate fields in a JSON body are not detected.
 
 The directive travels with the request in a context variable (each aiohttp request runs in its own task), so the
 object store's write path needs no extra parameter.
