@@ -145,6 +145,24 @@ def test_ttl_deletes_the_finished_job_and_what_it_created(operator, api_client):
     assert reasons.index("Succeeded") < reasons.index("Deleted")
 
 
+def test_a_finished_job_stays_finished_and_keeps_no_running_pods(operator, api_client):
+    """Whoever marks a job finished (here a status write by hand), its running pods go as its cleanPodPolicy says,
+    as they would had the operator finished it; and a finished phase cannot be taken back."""
+    create(api_client, job("fin"))
+    wait_for(lambda: len(pods_of(api_client, "fin")) == 2, what="pods")
+    run_all(api_client, "fin")
+    phase_is(api_client, "fin", "Running")
+    custom = client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", PLURAL, "fin", {"status": {
+        "phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}})
+    wait_for(lambda: pods_of(api_client, "fin") == [], what="the running pods of the finished job deleted")
+    with pytest.raises(client.ApiException) as refused:
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", PLURAL, "fin",
+                                                     {"status": {"phase": "Running"}})
+    assert refused.value.status == 422
+    assert "status.phase: Forbidden: a Succeeded or Failed job stays so" in refused.value.body
+
+
 def test_active_deadline_fails_the_job(operator, api_client):
     create(api_client, job("late", runPolicy={"activeDeadlineSeconds": 2}))
     failed = phase_is(api_client, "late", "Failed")

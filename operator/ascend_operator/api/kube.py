@@ -213,8 +213,20 @@ class AvoidedNode(KubeModel):
     """When the restart that avoids it began (RFC 3339)."""
 
 
+# A finished job stays finished, as a Job's Complete and Failed conditions do: its outputs and the jobs that depend
+# on them were made by that run. (A job is run again by creating it again.)
+FINAL_PHASE_RULE = {
+    "rule": "!has(oldSelf.phase) || !(oldSelf.phase in ['Succeeded', 'Failed']) || "
+            "(has(self.phase) && self.phase == oldSelf.phase)",
+    "message": "a Succeeded or Failed job stays so; to run it again, delete the job and create it again "
+               "(kubectl replace --force -f FILE)",
+    "fieldPath": ".phase", "reason": "FieldValueForbidden"}
+
+
 class JobStatusBase(KubeModel):
     """Status fields every kind shares."""
+
+    model_config = KubeModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [FINAL_PHASE_RULE]}}
 
     phase: Phase | None = None
     """Pending, Running, Restarting, Succeeded, Failed or Suspended."""

@@ -300,6 +300,10 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     at = now()
     if previous.get("phase") in TERMINAL:
         policy = _policy(job, obj)
+        # Pods a finished job still has (its status was written by someone else) go as its cleanPodPolicy says,
+        # and the job is no longer swept unless its TTL is due.
+        _delete_pods(key, policy.pods_to_clean(_pods(job, namespace, name).live()))
+        _KNOWN[key] = (job, policy.ttlSecondsAfterFinished is not None)
         if policy.ttl_expired(previous.get("completionTime"), dt.datetime.now(dt.timezone.utc)):
             _event(obj, "Deleted", f"runPolicy.ttlSecondsAfterFinished ({policy.ttlSecondsAfterFinished}s) "
                                    "passed: deleting the job and what it created")
