@@ -260,6 +260,32 @@ def test_requests_are_authenticated_and_held_to_rbac_as_the_operators_chart_gran
     assert ask("/api/v1/namespaces/default/secrets", bearer="local")[0] == 200  # the admin's kubeconfig
 
 
+def test_pods_are_admitted_as_the_service_account_and_priority_plugins_admit_them(cluster):
+    """Every namespace has its default account; a pod names an account and a priority class that exist, and
+    gets its priority from the class."""
+    kubectl(cluster, "create", "namespace", "team-b")
+    assert kubectl(cluster, "get", "serviceaccount", "default", "-n", "team-b", "-o", "name").stdout.strip() == \
+        "serviceaccount/default"
+    assert {"system-cluster-critical", "system-node-critical"} <= \
+        set(kubectl(cluster, "get", "priorityclasses", "-o", "name").stdout.replace("priorityclass.scheduling.k8s.io/",
+                                                                                    "").split())
+    for pod, words in ((_pod("ghost-sa", serviceAccountName="ghost"), 'Error from server (Forbidden): error when '
+                        'creating "{path}": pods "ghost-sa" is forbidden: error looking up service account '
+                        'default/ghost: serviceaccount "ghost" not found'),
+                       (_pod("ghost-pc", priorityClassName="ghost"),
+                        'pods "ghost-pc" is forbidden: no PriorityClass with name ghost was found'),
+                       (_pod("own-priority", priority=5), 'the integer value of priority (5) must not be provided in '
+                                                          "pod spec; priority admission controller computed 0")):
+        result = _apply(cluster, pod)
+        path = cluster.root / f"{pod['metadata']['name']}.yaml"
+        assert result.returncode != 0 and words.format(path=path) in result.stderr, result.stderr
+    kubectl(cluster, "create", "priorityclass", "research", "--value", "1000")
+    assert _apply(cluster, _pod("admitted", priorityClassName="research")).returncode == 0
+    spec = json.loads(kubectl(cluster, "get", "pod", "admitted", "-o", "json").stdout)["spec"]
+    assert (spec["serviceAccountName"], spec["priority"], spec["preemptionPolicy"]) == \
+        ("default", 1000, "PreemptLowerPriority")
+
+
 def test_unknown_pod_fields_are_refused_under_strict_and_dropped_with_a_warning_otherwise(cluster):
     pod = _pod("unknown-field", tolerations=[{"key": "a", "operator": "Exists", "tolerationSecond": 5}])
     strict = _apply(cluster, pod)  # kubectl's default is fieldValidation=Strict

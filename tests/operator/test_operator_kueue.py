@@ -35,6 +35,8 @@ def set_suspend(api_client, name, value):
 
 def test_queued_job_waits_for_admission_and_yields_to_preemption(operator, api_client):
     client.ApiextensionsV1Api(api_client).create_custom_resource_definition(PODGROUP_CRD)
+    client.SchedulingV1Api(api_client).create_priority_class(  # the class Kueue's priority maps to
+        {"metadata": {"name": "high-priority"}, "value": 1000})
     body = job("queued", priorityClassName="high-priority", gangScheduling="volcano")
     body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team-a-queue",
                                   "kueue.x-k8s.io/priority-class": "high"}
@@ -48,6 +50,7 @@ def test_queued_job_waits_for_admission_and_yields_to_preemption(operator, api_c
     pods = wait_for(lambda: len(p := pods_of(api_client, "queued")) == 2 and p, what="pods after admission")
     for pod in pods:
         assert pod.spec.priority_class_name == "high-priority" and pod.spec.scheduler_name == "volcano"
+        assert pod.spec.priority == 1000  # the Priority admission plugin's, from the class
         assert not any(k.startswith("kueue.x-k8s.io/") for k in pod.metadata.labels)  # not queued pod by pod
     (group,) = podgroups(api_client)
     assert group["spec"] == {"minMember": 2, "priorityClassName": "high-priority"}

@@ -69,6 +69,24 @@ def test_a_pod_refused_on_resume_posts_the_refusal_not_the_resume(operator, api_
     assert [says in m for r, m in events_of(api_client, f"{name}-resumed") if r == "Failed"] == [True]
 
 
+def test_a_missing_service_account_holds_the_job_back_until_it_exists(operator, api_client):
+    """kube-apiserver's ServiceAccount admission refuses the pods (403): the job says why and tries again with
+    backoff, and goes on once the account is made."""
+    create(api_client, job("needs-sa", serviceAccountName="trainer"))
+    says = 'is forbidden: error looking up service account default/trainer: serviceaccount "trainer" not found'
+
+    def refused():
+        conditions = (get_job(api_client, "needs-sa").get("status") or {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "Created" and c["status"] == "False"), None)
+    created = wait_for(refused, what="Created=False")
+    assert created["reason"] == "CreateFailed" and says in created["message"], created
+    wait_for(lambda: any(says in m for _, m in events_of(api_client, "needs-sa")), what="a Warning event")
+    client.CoreV1Api(api_client).create_namespaced_service_account("default", {"metadata": {"name": "trainer"}})
+    pods = wait_for(lambda: len(p := pods_of(api_client, "needs-sa")) == 2 and p, timeout=60,
+                    what="the pods once the account exists (after the 5 s backoff)")
+    assert {p.spec.service_account_name for p in pods} == {"trainer"}
+
+
 def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api_client, tmp_path):
     core = client.CoreV1Api(api_client)
     core.create_namespaced_secret("default", {"metadata": {"name": "hf"}, "stringData": {"token": SECRET_VALUE}})

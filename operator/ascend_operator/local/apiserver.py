@@ -33,7 +33,7 @@ import yaml
 from kmock import KubernetesEmulator
 from kmock._internal.k8s import KubernetesResourceNotFoundError
 
-from . import authorization, field_validation
+from . import admission_plugins, authorization, field_validation
 from . import core_schemas, dry_run, list_pages, openapi, persistence, protobuf_codec, tables
 from .crd_schema import CustomResourceSchema
 from .object_names import object_errors
@@ -52,6 +52,8 @@ ObjectKey = tuple[tuple[str, str, str], str | None, str]  # (type key, namespace
 # kube-apiserver's MaxRequestBodyBytes: a larger body is answered 413 before it is decoded (aiohttp's own default,
 # 1 MiB, would refuse a ConfigMap that kube-apiserver takes, and as a 500).
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+NAMESPACES, SERVICE_ACCOUNTS = ("", "v1", "namespaces"), ("", "v1", "serviceaccounts")
+PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
 ADMIN_TOKEN = "local"  # the kubeconfig's token: system:masters, as a cluster's admin credentials are
 _NO_STRATEGIC_MERGE = ("the body of the request was in an unknown format - accepted media types include: "
                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
@@ -189,9 +191,20 @@ class LocalKubernetesApi(KubernetesEmulator):
         super().__attrs_post_init__()
         for rt in BUILTIN_TYPES:
             self._register(rt)
-        namespaces = self._types[("", "v1", "namespaces")]
         for name in INITIAL_NAMESPACES:
-            self._create(namespaces, None, {"metadata": {"name": name}})
+            self._create(self._types[NAMESPACES], None, {"metadata": {"name": name}})
+        for priority_class in admission_plugins.system_priority_classes():
+            self._create(self._types[PRIORITY_CLASSES], None, priority_class)
+
+    def make_default_service_accounts(self) -> None:
+        """The service-account controller's work: every namespace has its ``default`` account (a new namespace
+        gets it as it is created; this catches up after a restore of objects saved without it)."""
+        for _, _, namespace in [key for key in self._store if key[0] == NAMESPACES]:
+            self._make_default_service_account(namespace)
+
+    def _make_default_service_account(self, namespace: str) -> None:
+        if (SERVICE_ACCOUNTS, namespace, admission_plugins.DEFAULT_SERVICE_ACCOUNT) not in self._store:
+            self._create(self._types[SERVICE_ACCOUNTS], namespace, admission_plugins.default_service_account(namespace))
 
     # -- discovery -------------------------------------------------------------------------------
 
@@ -543,6 +556,8 @@ class LocalKubernetesApi(KubernetesEmulator):
         if rt.plural == "customresourcedefinitions":
             self._register_crd(obj, replacing=None)
         self._emit(rt, "ADDED", obj, None)
+        if rt.key == NAMESPACES:
+            self._make_default_service_account(meta["name"])
         return obj
 
     def _admit(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
@@ -570,6 +585,9 @@ class LocalKubernetesApi(KubernetesEmulator):
         if rt.plural == "pods" and not rt.group and old is None:  # a pod's spec is (nearly) immutable
             if problem := quantity_error(obj):
                 raise ApiError(400, "BadRequest", f'Pod in version "v1" cannot be handled as a Pod: {problem}')
+            if reason := admission_plugins.admit_pod(obj, self._service_account, self._priority_classes):
+                raise ApiError(403, "Forbidden", f'pods "{name}" is forbidden: {reason}',
+                               {"name": name, "kind": "pods"})
             errors += pod_spec_errors(obj)
         if rt.schema is not None:
             obj = rt.schema.prepare(obj, pruned, old)
@@ -584,6 +602,12 @@ class LocalKubernetesApi(KubernetesEmulator):
         if rt.plural == "customresourcedefinitions":
             obj = self._admit_crd(obj)
         return obj
+
+    def _service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._store.get((SERVICE_ACCOUNTS, namespace, name))
+
+    def _priority_classes(self) -> list[dict[str, Any]]:
+        return [obj for key, obj in self._store.items() if key[0] == PRIORITY_CLASSES]
 
     def _replace(self, rt: ResourceType, key: ObjectKey, body: Any, sub: str | None) -> dict[str, Any]:
         current = self._get(rt, key)
@@ -1037,6 +1061,7 @@ class LocalApiServer:
         self.api = LocalKubernetesApi(pod_log_file=self._pod_log_file)
         if self._state_file is not None:
             persistence.load(self.api, self._state_file)
+            self.api.make_default_service_accounts()
         async with self.api:
             runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.api, request_factory=_request_factory),
                                               shutdown_timeout=2.0)

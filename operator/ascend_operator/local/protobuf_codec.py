@@ -37,7 +37,8 @@ PROTO_ROOT = Path(__file__).with_name("protos")
 _META = "k8s.io.apimachinery.pkg.apis.meta.v1"
 # API group -> the proto package of its v1 kinds (the groups whose generated.proto is under protos/).
 _PACKAGES = {"": "k8s.io.api.core.v1", "policy": "k8s.io.api.policy.v1",
-             "coordination.k8s.io": "k8s.io.api.coordination.v1", "events.k8s.io": "k8s.io.api.events.v1"}
+             "coordination.k8s.io": "k8s.io.api.coordination.v1", "events.k8s.io": "k8s.io.api.events.v1",
+             "scheduling.k8s.io": "k8s.io.api.scheduling.v1"}
 
 
 class ProtobufError(ValueError):

@@ -68,6 +68,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("persistentvolumeclaims", "PersistentVolumeClaim", short=("pvc",), status=True),
     _core("events", "Event", short=("ev",)),
     _core("serviceaccounts", "ServiceAccount", short=("sa",)),
+    _core("priorityclasses", "PriorityClass", namespaced=False, short=("pc",), group="scheduling.k8s.io"),
     _core("events", "Event", short=("ev",), group="events.k8s.io"),
     _core("leases", "Lease", group="coordination.k8s.io"),
     _core("roles", "Role", group="rbac.authorization.k8s.io"),
