@@ -184,6 +184,7 @@ class LocalKubernetesApi(KubernetesEmulator):
     _closing: bool = attrs.field(default=False, init=False)
     tokens: authorization.Tokens = attrs.field(factory=lambda: authorization.Tokens(ADMIN_TOKEN), init=False)
     _rbac: dict[tuple[str, str | None], list[dict[str, Any]]] | None = attrs.field(default=None, init=False)
+    _classes: list[dict[str, Any]] | None = attrs.field(default=None, init=False)  # PriorityClasses, until one changes
     # Where the node keeps a pod's container log (the kubelet's side of pods/log); None: no node serves logs.
     pod_log_file: Callable[[str, str], Path] | None = attrs.field(default=None)
 
@@ -490,6 +491,8 @@ class LocalKubernetesApi(KubernetesEmulator):
     def _emit(self, rt: ResourceType, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if rt.group == authorization.RBAC_GROUP:
             self._rbac = None
+        if rt.key == PRIORITY_CLASSES:
+            self._classes = None
         self._log.append((self._rv, rt.key, kind, obj, old))
         if len(self._log) > EVENT_LOG_LIMIT:
             drop = len(self._log) // 2
@@ -607,7 +610,9 @@ class LocalKubernetesApi(KubernetesEmulator):
         return self._store.get((SERVICE_ACCOUNTS, namespace, name))
 
     def _priority_classes(self) -> list[dict[str, Any]]:
-        return [obj for key, obj in self._store.items() if key[0] == PRIORITY_CLASSES]
+        if self._classes is None:
+            self._classes = [obj for key, obj in self._store.items() if key[0] == PRIORITY_CLASSES]
+        return self._classes
 
     def _replace(self, rt: ResourceType, key: ObjectKey, body: Any, sub: str | None) -> dict[str, Any]:
         current = self._get(rt, key)
