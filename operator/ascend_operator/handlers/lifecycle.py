@@ -206,8 +206,10 @@ def _wait_for_dependencies(job: JobKind, obj: dict[str, Any], spec: Any, status:
     if not found:
         return spec, status, True
     state, message = readiness(found)
-    if state == "Waiting" and (loop := cycle(job.kind, obj["metadata"]["name"], found,
-                                             lambda ref: kube().get_custom(ref.kind.kind, namespace, ref.name))):
+    # A cycle is the cause whichever job on it is judged first: the others see it failed, and say the cycle too.
+    if state in ("Waiting", "Failed") and (loop := cycle(job.kind, obj["metadata"]["name"], found,
+                                                         lambda ref: kube().get_custom(ref.kind.kind, namespace,
+                                                                                       ref.name))):
         state, message = "Cycle", loop
     conditions = status.get("conditions", [])
     if reason := {"Failed": "DependencyFailed", "Invalid": "DependencyInvalid", "Cycle": "DependencyCycle"}.get(state):
