@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from typing import Any, TextIO
+from urllib.parse import parse_qs
 
 from .series import add_point
 
@@ -91,7 +92,7 @@ class Metrics:
         self.values: dict[str, float] = {}
         self.series: list[dict[str, Any]] = []
         self._fetched = threading.Condition()
-        self._fetched_iteration: int | None = None  # the newest point a reader has fetched
+        self._kept_iteration: int | None = None  # the newest point the reader has kept
         self._read = False  # a reader (the operator) has fetched the series, even while it was still empty
         self._reader_expected = False
 
@@ -107,7 +108,7 @@ class Metrics:
         def app(environ, start_response):
             path = environ.get("PATH_INFO")
             if path == SERIES_PATH:
-                return self._serve_series(start_response)
+                return self._serve_series(start_response, environ.get("QUERY_STRING", ""))
             if path == EVENTS_PATH:
                 return _json_response(start_response, recent_events())
             return metrics_app(environ, start_response)
@@ -125,29 +126,35 @@ class Metrics:
         atexit.register(lambda: _REPORTED or report_result(dict(self.values)))
         atexit.register(self._wait_for_reader)
 
-    def _serve_series(self, start_response) -> _Sent:
-        """The series as JSON; it counts as read only once the response has been written (WSGI calls ``close``
-        after the last byte), so a run waiting at exit never dies while the reader's response is still unsent."""
+    def _serve_series(self, start_response, query: str) -> _Sent:
+        """The series as JSON. The reader says in ``?kept=N`` the newest iteration it has kept for good (the
+        operator: in the job's history ConfigMap), so a run waiting at exit is released only once its newest point
+        is kept, not merely read by a reader that may die before keeping it. A reader that does not say (an older
+        operator) has kept what it read, once the response has been written (WSGI calls ``close`` after the last
+        byte)."""
         with self._fetched:
             points = list(self.series)
+        said = parse_qs(query).get("kept")
+        kept = int(said[0]) if said and said[0].lstrip("-").isdigit() else None
 
         def sent() -> None:
+            newest = kept if said else (points[-1]["iteration"] if points else None)
             with self._fetched:
                 self._read = True
-                if points:
-                    self._fetched_iteration = points[-1]["iteration"]
+                if newest is not None and (self._kept_iteration is None or newest > self._kept_iteration):
+                    self._kept_iteration = newest
                     self._fetched.notify_all()
 
         return _Sent(_json_response(start_response, points), sent)
 
     def _wait_for_reader(self) -> None:
-        """Keep the endpoint up until the reader has the series' newest points (bounded), so the dashboard's
+        """Keep the endpoint up until the reader has kept the series' newest points (bounded), so the dashboard's
         history ends with the run's last logged iterations: also those of a run shorter than the operator's
         reading interval, or one that ended before the operator, slowed down, first read it (``expect_reader``)."""
         with self._fetched:
             if not (self._read or self._reader_expected) or not self.series:
                 return  # nobody reads it (a run outside Kubernetes)
-            self._fetched.wait_for(lambda: self._fetched_iteration == self.series[-1]["iteration"],
+            self._fetched.wait_for(lambda: (self._kept_iteration or 0) >= self.series[-1]["iteration"],
                                    timeout=SERIES_FLUSH_SECONDS)
 
     def expect_reader(self) -> None:

@@ -31,11 +31,12 @@ def read(config_map: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def record(kube: Any, job: dict[str, Any], progress: dict[str, Any], at: str,
-           engine_series: list[dict[str, Any]] | None = None, exact: bool = False) -> None:
+           engine_series: list[dict[str, Any]] | None = None, exact: bool = False) -> int:
     """Merge the engine's series (when the scrape got one) and the progress's figures into the job's history
     ConfigMap (created on the first point); nothing is written when nothing changed. ``exact``: the progress is
     the engine's final report, not a scrape rounded to its significant digits, so it replaces the last point's
-    figures (a scrape of the last iteration may have reached the history before the series did)."""
+    figures (a scrape of the last iteration may have reached the history before the series did). Returns the
+    newest iteration the history now holds (0: none)."""
     meta = job["metadata"]
     before = read(kube.get_config_map(meta["namespace"], config_map_name(meta["name"])))
     points = merge(before, engine_series or [])
@@ -45,6 +46,7 @@ def record(kube: Any, job: dict[str, Any], progress: dict[str, Any], at: str,
         points = add_point(points, iteration, progress, at, exact=exact) or points
     if points != before:
         kube.update_config_map(meta["namespace"], config_map(job, points))
+    return points[-1]["iteration"] if points else 0
 
 
 def config_map(job: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,11 +14,12 @@ _BOOLEAN_FIELDS = {"savingCheckpoint"}
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
 
 
-def scrape_series(base_url: str, timeout: float = 2.0) -> list[dict] | None:
+def scrape_series(base_url: str, kept: int, timeout: float = 2.0) -> list[dict] | None:
     """Rank 0's own series of logged points (``/series`` next to ``/metrics``), or None when it does not answer
-    (pod starting or gone, or an engine too old to serve it)."""
+    (pod starting or gone, or an engine too old to serve it). ``kept``: the newest iteration the job's history
+    holds already (0: none), which tells a run waiting at exit that its last points are safe."""
     try:
-        with urllib.request.urlopen(base_url + SERIES_PATH, timeout=timeout) as response:
+        with urllib.request.urlopen(f"{base_url}{SERIES_PATH}?kept={kept}", timeout=timeout) as response:
             points = json.loads(response.read().decode())
     except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -94,11 +94,11 @@ def test_the_engine_series_served_by_rank_0_lands_whole_in_the_owned_config_map(
 
     for i in range(1, 4):
         metrics.set(iteration=i, loss=5.0 - i, learningRate=1e-3)
-    record(kube, JOB, {"iteration": 3, "loss": 2.0}, "t", scrape_series(f"http://127.0.0.1:{port}"))
+    record(kube, JOB, {"iteration": 3, "loss": 2.0}, "t", scrape_series(f"http://127.0.0.1:{port}", 0))
     for i in range(4, 10):
         metrics.set(iteration=i, loss=5.0 - i * 0.4, learningRate=1e-3)
     metrics.set(validationLoss=1.5)
-    record(kube, JOB, {"iteration": 8, "loss": 1.8}, "t", scrape_series(f"http://127.0.0.1:{port}"))
+    record(kube, JOB, {"iteration": 8, "loss": 1.8}, "t", scrape_series(f"http://127.0.0.1:{port}", 0))
     cm = kube.maps[("ns", "j-history")]
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u1"
     points = read(cm)

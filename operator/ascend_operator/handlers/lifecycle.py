@@ -78,6 +78,7 @@ class JobKind:
 
 _LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
 _KNOWN: dict[tuple[str, str, str], tuple[JobKind, bool]] = {}  # key -> (kind, worth sweeping)
+_KEPT: dict[tuple[str, str, str], int] = {}  # key -> the newest iteration its history ConfigMap holds
 _KINDS: dict[str, JobKind] = {}
 PODS = PodCache()  # every job's pods, fed by the pod handler
 QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
@@ -97,10 +98,11 @@ def _pods(job: JobKind, namespace: str, name: str) -> JobPods:
                      lambda: kube().list_pods(namespace, {LABEL_JOB_NAME: name, LABEL_JOB_KIND: job.kind.kind}))
 
 
-def _live_progress(job: JobKind, spec: Any,
-                   reporters: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list | None, list[dict]]:
+def _live_progress(job: JobKind, spec: Any, reporters: list[dict[str, Any]],
+                   kept: int) -> tuple[dict[str, Any] | None, list | None, list[dict]]:
     """The reporting pods' figures for status.progress (later pods win), the series of logged points for the
-    history (from the first pod that serves one: rank 0 of an engine job), and that pod's recent events."""
+    history (from the first pod that serves one: rank 0 of an engine job; ``kept``: the newest iteration the
+    history holds), and that pod's recent events."""
     port = job.metrics_port(spec)
     progress: dict[str, Any] = {}
     series = None
@@ -114,7 +116,7 @@ def _live_progress(job: JobKind, spec: Any,
             continue
         progress.update({job.progress_fields[k]: v for k, v in figures.items() if k in job.progress_fields})
         if series is None:
-            series = scrape_series(f"http://{ip}:{port}")
+            series = scrape_series(f"http://{ip}:{port}", kept)
             events = scrape_events(f"http://{ip}:{port}")
     return ({**progress, "lastUpdateTime": now()}, series, events) if progress else (None, None, events)
 
@@ -333,7 +335,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     if status.get("progress"):
         status["progress"] = job.progress_columns(status["progress"])
     if status.get("progress") and status.get("progress") != previous.get("progress"):
-        history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
+        _KEPT[key] = history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
         if not _write_status(key, obj, status):
             return
@@ -396,12 +398,13 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
             _event(obj, reason, f"{message}; stopped {stopped} pod(s)", warning=reason == "ScaledIn")
             return new
     reporters = _reporters(job, spec, current, name, attempt)
-    progress, series, events = _live_progress(job, spec, reporters)
+    progress, series, events = _live_progress(job, spec, reporters, _KEPT.get(key, 0))
     engine_events.post_new(key, obj, events)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
         if series:
-            history.record(kube(), obj, new["progress"], now(), series)  # every point logged since the last scrape
+            # every point logged since the last scrape
+            _KEPT[key] = history.record(kube(), obj, new["progress"], now(), series)
     new = stalls.check(key, obj, job.stall_detection(spec), policy, current, new, progress, at)
     if new.get("restarts", 0) > status.get("restarts", 0):
         return _gang_restart(job, obj, key, pods, new, stalls.STALLED_GRACE_SECONDS)
@@ -417,7 +420,7 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         if final := job.final_progress(result or {}):
             new["progress"] = {**new.get("progress", {}), **final, "lastUpdateTime": now()}
         if result and new.get("progress"):
-            history.record(kube(), obj, new["progress"], now(), exact=True)
+            _KEPT[key] = history.record(kube(), obj, new["progress"], now(), exact=True)
     if new["phase"] in TERMINAL:
         cleaned = _delete_pods(key, policy.pods_to_clean(pods.live()))
         if cleaned:
@@ -448,6 +451,7 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
+    _KEPT.pop((job.kind.kind, namespace, name), None)
     JOBS.forget((job.kind.kind, namespace, name))
     PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
