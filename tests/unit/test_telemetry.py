@@ -72,10 +72,9 @@ def test_a_long_start_up_step_is_said_again_until_the_command_has_started(capsys
     assert any("still building the model (" in line for line in before), before
 
 
-def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series_is_written(monkeypatch):
-    """A reader that does not say what it kept (an older operator): the run exits as soon as it is released, and
-    released before the response is written, the read of the series dies with the process and the dashboard's
-    history keeps only the final point."""
+def _run_waiting_at_exit(monkeypatch) -> tuple[str, threading.Event]:
+    """A run in a pod the operator made (``POD_IP``) that logged iterations 1-3 and now waits at exit for the
+    operator: its endpoint's URL, and an event set once the wait is over."""
     port = _free_port()
     metrics = Metrics()
     metrics.serve(port, "127.0.0.1")
@@ -84,8 +83,15 @@ def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series
     monkeypatch.setenv("POD_IP", "127.0.0.1")
     metrics.expect_reader()
     released = threading.Event()
-    waiter = threading.Thread(target=lambda: (metrics._wait_for_reader(), released.set()), daemon=True)
-    waiter.start()
+    threading.Thread(target=lambda: (metrics._wait_for_reader(), released.set()), daemon=True).start()
+    return f"http://127.0.0.1:{port}", released
+
+
+def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series_is_written(monkeypatch):
+    """A reader that does not say what it kept (an older operator): the run exits as soon as it is released, and
+    released before the response is written, the read of the series dies with the process and the dashboard's
+    history keeps only the final point."""
+    url, released = _run_waiting_at_exit(monkeypatch)
     released_before_write = []
     write = ServerHandler.write
 
@@ -97,7 +103,7 @@ def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series
     monkeypatch.setattr(ServerHandler, "write", slow_write)
     time.sleep(0.2)
     assert not released.is_set()  # nobody has read yet
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/series", timeout=10) as response:
+    with urllib.request.urlopen(f"{url}/series", timeout=10) as response:
         assert [p["iteration"] for p in json.loads(response.read())] == [1, 2, 3]
     assert released.wait(10) and released_before_write == [False]
 
@@ -107,16 +113,7 @@ def test_a_run_waiting_at_exit_is_released_once_the_operator_has_kept_its_newest
     keeping them (restarted mid-write) must not have released the run, or the curve's tail is lost."""
     from ascend_operator.progress import scrape_series
 
-    port = _free_port()
-    metrics = Metrics()
-    metrics.serve(port, "127.0.0.1")
-    for i in (1, 2, 3):
-        metrics.set(iteration=i, loss=4.0 - i)
-    monkeypatch.setenv("POD_IP", "127.0.0.1")
-    metrics.expect_reader()
-    released = threading.Event()
-    threading.Thread(target=lambda: (metrics._wait_for_reader(), released.set()), daemon=True).start()
-    url = f"http://127.0.0.1:{port}"
+    url, released = _run_waiting_at_exit(monkeypatch)
     assert [p["iteration"] for p in scrape_series(url, 1)] == [1, 2, 3]  # read all, kept only the first
     assert not released.wait(0.5)
     scrape_series(url, 3)  # the next read: the history holds them all
