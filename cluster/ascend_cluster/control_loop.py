@@ -1,6 +1,5 @@
-"""``ControlLoop``: what the local cluster's controllers (scheduler, node lifecycle) share: an API client of their
-own, and a thread that runs ``sync_once`` every ``poll_interval`` until stopped (level-triggered, as the real
-controllers resync)."""
+"""``ControlLoop``: a thread that runs ``sync_once`` every ``poll_interval`` with an API client of its own, until
+stopped (level-triggered, as controllers resync): the local cluster's volume provisioner."""
 from __future__ import annotations
 
 import logging
@@ -21,6 +20,7 @@ class ControlLoop:
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
+        self.storage = client.StorageV1Api(self._api_client)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

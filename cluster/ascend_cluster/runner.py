@@ -1,12 +1,14 @@
-"""``PodRunner``: an emulated kubelet for one local node.
+"""``PodRunner``: the node agent of one local node, a kubelet that runs containers as local processes.
 
-It registers its Node (capacity and allocatable: cpu, memory, pods and the configured device counts; the Ready
-condition, refreshed every ``heartbeat_interval`` as the kubelet's node status updates are), polls the API for
-the pods bound to its node (``local.scheduler`` binds them), starts each pod's first container as a local process
-group (see ``pod_environment`` for env, volumes and the path/DNS rewrites), and reports status the way a kubelet
-does: Pending -> Running -> Succeeded/Failed, with restartPolicy honoured. ``lose`` plays a node that dies: its
-processes stop at once and it posts nothing more, so the node lifecycle controller (``node_lifecycle``) finds it
-silent.
+It authenticates as ``system:node:<name>`` (so kube-apiserver's Node authorizer and NodeRestriction admission treat
+it as a kubelet), registers its Node (capacity and allocatable: cpu, memory, pods and the configured device counts;
+the Ready condition; the port of its kubelet API, ``kubelet_api``, which serves container logs to kube-apiserver),
+renews its Lease in ``kube-node-lease`` and posts the Ready condition every ``heartbeat_interval``, polls for the
+pods kube-scheduler bound to it, starts each pod's first container as a local process group (see
+``pod_environment`` for env, volumes, service-account tokens and the path/DNS rewrites), and reports status the way
+a kubelet does: Pending -> Running -> Succeeded/Failed, with restartPolicy honoured; a pod marked for deletion is
+stopped (SIGTERM, then SIGKILL after its grace) and deleted for good. ``lose`` plays a node that dies: its processes
+stop at once and it posts nothing more, so kube-controller-manager's node lifecycle controller finds it silent.
 
 Differs from a kubelet: no images (the host's Python environment is the image), no init or sidecar containers
 (only the first container runs), no probes, no cgroup limits (requests are only what the scheduler accounts),
@@ -31,6 +33,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from .certificates import KeyPair
+from .kubelet_api import KubeletApi
 from .node_events import PodEvents
 from .pod_environment import (ContainerPathView, IpAllocator, PodSetupError, container_launch, refresh_downward_api,
                               termination_message_file)
@@ -40,10 +44,15 @@ logger = logging.getLogger(__name__)
 
 MAX_LOCAL_GRACE_S = 3.0  # terminationGracePeriodSeconds is capped locally so that stopping stays quick
 HOST_IP = "127.0.0.1"
+LEASE_DURATION_S = 40  # the kubelet's nodeLeaseDurationSeconds
 
 
 def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def pod_log_path(root: Path, namespace: str, name: str) -> Path:
@@ -79,12 +88,18 @@ class RunningContainer:
 class PodRunner:
     """Runs pods bound to ``node_name`` as local processes under ``root/pods/<ns>/<pod>/``."""
 
-    def __init__(self, kubeconfig: str | Path, root: str | Path, node_name: str = "local",
+    def __init__(self, kubeconfig: str | Path, root: str | Path, node_name: str, serving: KeyPair, client_ca: Path,
                  capacity: dict[str, int] | None = None, poll_interval: float = 0.2,
-                 network: tuple[PodNetwork, IpAllocator] | None = None, heartbeat_interval: float = 1.0):
-        """``capacity``: device counts (``{"huawei.com/Ascend910": 8}``); ``network``: the cluster's loopback
-        network and pod IPs, shared by its nodes (default: claim a network of its own)."""
+                 network: tuple[PodNetwork, IpAllocator] | None = None, heartbeat_interval: float = 1.0,
+                 labels: dict[str, str] | None = None):
+        """``kubeconfig``: the node's own credentials; ``serving``/``client_ca``: its kubelet API's certificate and
+        the CA its callers' certificates must come from; ``capacity``: device counts
+        (``{"huawei.com/Ascend910": 8}``); ``network``: the cluster's loopback network and pod IPs, shared by its
+        nodes (default: claim a network of its own); ``labels``: more labels for the Node (a kubelet's
+        ``--node-labels``)."""
         self.root = Path(root).resolve()
+        self.labels = dict(labels or {})
+        self.kubelet_api = KubeletApi(serving, client_ca, self._log_source)
         self.node_name = node_name
         self.capacity = dict(capacity or {})
         self.poll_interval = poll_interval
@@ -93,6 +108,7 @@ class PodRunner:
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self._api_client)
+        self.leases = client.CoordinationV1Api(self._api_client)
         self.events = PodEvents(self.core, self.node_name)
         self._owns_network = network is None
         # The cluster's own loopback /16, so clusters never share pod IPs.
@@ -107,7 +123,9 @@ class PodRunner:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> PodRunner:
+        self.kubelet_api.start()
         self._register_node()
+        self._renew_lease()
         for target, name in ((self._loop, "pod-runner"), (self._heartbeat, "node-heartbeat")):
             self._threads.append(threading.Thread(target=target, name=f"{name}-{self.node_name}", daemon=True))
             self._threads[-1].start()
@@ -130,6 +148,7 @@ class PodRunner:
 
         freeze()  # at once: the kubelet's threads may take seconds to notice the stop on a busy machine
         self._stop.set()
+        self.kubelet_api.stop()
         for thread in self._threads:
             thread.join(30)
         freeze()  # and whatever they started meanwhile
@@ -152,6 +171,7 @@ class PodRunner:
                 self._kill_now(self._frozen.pop(uid))
 
     def _close(self) -> None:
+        self.kubelet_api.stop()
         self._api_client.close()
         if self._owns_network:
             self.network.close()
@@ -193,8 +213,9 @@ class PodRunner:
 
     def _register_node(self) -> None:
         capacity = node_capacity(self.capacity)
-        labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": os.uname().machine.replace("x86_64", "amd64").replace("aarch64", "arm64")}
+        arch = os.uname().machine.replace("x86_64", "amd64").replace("aarch64", "arm64")
+        labels = {**self.labels, "kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": arch}
         node = {"metadata": {"name": self.node_name, "labels": labels}, "spec": {},
                 "status": {"capacity": capacity, "allocatable": capacity}}
         try:
@@ -205,10 +226,11 @@ class PodRunner:
         self.core.patch_node_status(self.node_name, {"status": {
             "capacity": capacity, "allocatable": capacity,
             "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": self.node_name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_api.port}},
             "nodeInfo": {"machineID": self.node_name, "systemUUID": self.node_name, "bootID": "",
-                         "kernelVersion": os.uname().release, "osImage": "local", "containerRuntimeVersion": "local",
+                         "kernelVersion": os.uname().release, "osImage": "local", "containerRuntimeVersion": "local://",
                          "kubeletVersion": "local", "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": labels["kubernetes.io/arch"]},
+                         "architecture": arch},
             "conditions": [self._ready_condition(transition=True)]}})
 
     def _ready_condition(self, transition: bool) -> dict[str, Any]:
@@ -216,10 +238,32 @@ class PodRunner:
                      "message": "kubelet is posting ready status", "lastHeartbeatTime": now_rfc3339()}
         return condition | ({"lastTransitionTime": now_rfc3339()} if transition else {})
 
+    def _renew_lease(self) -> None:
+        """The node's Lease in ``kube-node-lease``: the heartbeat kube-controller-manager watches (owned by the
+        Node, so it goes with it)."""
+        try:
+            self.leases.patch_namespaced_lease(self.node_name, "kube-node-lease",
+                                               {"spec": {"renewTime": now_micro()}}, _preload_content=False)
+            return
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        node = json.loads(self.core.read_node(self.node_name, _preload_content=False).data)
+        lease = {"metadata": {"name": self.node_name, "namespace": "kube-node-lease", "ownerReferences": [
+                     {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": node["metadata"]["uid"]}]},
+                 "spec": {"holderIdentity": self.node_name, "leaseDurationSeconds": LEASE_DURATION_S,
+                          "renewTime": now_micro()}}
+        try:
+            self.leases.create_namespaced_lease("kube-node-lease", lease)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
     def _heartbeat(self) -> None:
-        """Post the Ready condition every ``heartbeat_interval`` (the kubelet's nodeStatusUpdateFrequency)."""
+        """Renew the Lease and post the Ready condition every ``heartbeat_interval``."""
         while not self._stop.wait(self.heartbeat_interval):
             try:
+                self._renew_lease()
                 node = json.loads(self.core.read_node(self.node_name, _preload_content=False).data)
                 previous = next((c for c in (node.get("status") or {}).get("conditions") or []
                                  if c.get("type") == "Ready"), {})
@@ -274,13 +318,44 @@ class PodRunner:
         return self.root / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]
 
     def _lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        read = self.core.read_namespaced_config_map if kind == "configmaps" else self.core.read_namespaced_secret
+        read = {"configmaps": self.core.read_namespaced_config_map, "secrets": self.core.read_namespaced_secret,
+                "persistentvolumeclaims": self.core.read_namespaced_persistent_volume_claim}.get(kind)
         try:
-            return json.loads(read(name, namespace, _preload_content=False).data)
+            answer = read(name, namespace, _preload_content=False) if read else \
+                self.core.read_persistent_volume(name, _preload_content=False)
+            return json.loads(answer.data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+
+    def _token(self, pod: dict[str, Any], source: dict[str, Any]) -> str:
+        """A service-account token bound to ``pod``, from the TokenRequest API, as the kubelet writes into the
+        ``kube-api-access-*`` volume that the ServiceAccount admission plugin adds to every pod."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        request = {"spec": {"audiences": [source["audience"]] if source.get("audience") else None,
+                            "expirationSeconds": source.get("expirationSeconds") or 3600,
+                            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                               "uid": meta["uid"]}}}
+        try:
+            answer = self.core.create_namespaced_service_account_token(
+                spec.get("serviceAccountName") or "default", meta["namespace"], request, _preload_content=False)
+        except ApiException as exc:
+            raise PodSetupError(f"service account token: {exc.reason}: {exc.body}") from None
+        return json.loads(answer.data)["status"]["token"]
+
+    def _log_source(self, namespace: str, name: str, container: str):
+        """For the kubelet API: the log of a container this node runs (or ran), and whether it has finished."""
+        running = self._containers.get((namespace, name))
+        path = pod_log_path(self.root, namespace, name)
+        if running is None:  # ended before this agent started, or not run here at all
+            return (path, lambda: True) if path.exists() else None
+
+        def finished() -> bool:
+            now = self._containers.get((namespace, name))
+            return now is not running or running.finished or (running.process is None and running.restart_at is None)
+
+        return path, finished
 
     def _drive(self, pod: dict[str, Any], running: RunningContainer | None) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -310,7 +385,7 @@ class PodRunner:
         pod.setdefault("status", {}).update(podIP=pod_ip, hostIP=HOST_IP)
         container = (pod.get("spec") or {}).get("containers", [{}])[0]
         try:
-            launch = container_launch(pod, pod_dir, self.root, self._lookup, self.ips)
+            launch = container_launch(pod, pod_dir, self.root, self._lookup, self.ips, self._token)
         except PodSetupError as exc:
             running.finished = True
             self._patch_status(pod, self._status(pod, running, waiting={

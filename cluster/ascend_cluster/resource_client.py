@@ -6,6 +6,7 @@ works on plain dicts, like ``kubectl`` does for any kind the server announces.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,28 @@ class ResourceClient:
 
     def close(self) -> None:
         self.api.close()
+
+    def __enter__(self) -> ResourceClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def wait_established(self, crd_names: list[str], timeout_s: float = 60.0) -> None:
+        """Wait until each CustomResourceDefinition is Established (its kind is served), as ``kubectl wait
+        --for=condition=Established`` does."""
+        deadline = time.monotonic() + timeout_s
+        for name in crd_names:
+            while True:
+                crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                if any(c["type"] == "Established" and c["status"] == "True"
+                       for c in (crd.get("status") or {}).get("conditions") or []):
+                    break
+                if time.monotonic() > deadline:
+                    raise ApiRequestError(504, f"CustomResourceDefinition {name} not established after "
+                                               f"{timeout_s:.0f} s: {crd.get('status')}")
+                time.sleep(0.1)
+        self._resources = None  # discovery has new kinds now
 
     def request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
                 content_type: str = "application/json") -> Any:

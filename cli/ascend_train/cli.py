@@ -31,14 +31,15 @@ import yaml
 
 from ascend_engine.cli_text import plain, quiet_broken_pipe
 
-from ..api.group import LABEL_JOB_NAME
-from . import lifecycle
-from .cluster import NODE_REQUESTS, LocalCluster
-from .pod_environment import ContainerPathView
-from .pod_logs import FollowedLog, read_container_log
+from ascend_cluster import lifecycle
+from ascend_cluster.cluster import NODE_REQUESTS, LocalCluster
+from ascend_cluster.pod_environment import ContainerPathView
+from ascend_cluster.pod_logs import FollowedLog, read_container_log
+from ascend_cluster.resource_client import ApiRequestError, ApiResource, ResourceClient
+from ascend_cluster.runner import pod_log_path
+from ascend_operator.api.group import LABEL_JOB_NAME
+
 from .printing import table
-from .resource_client import ApiRequestError, ApiResource, ResourceClient
-from .runner import pod_log_path
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 HEARTBEAT_S = 4.0  # `local demo` never stays silent longer than this while it waits
@@ -205,10 +206,10 @@ def up(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
     with LocalCluster(args.root, operator=not args.no_operator, fresh=args.fresh,
                       **_nodes(args)) as cluster, lifecycle.pid_file(cluster.root):
-        print(f"local cluster up at {cluster.api_server.url} ({'fresh' if args.fresh else 'state kept'} "
+        print(f"local cluster up at {cluster.control_plane.server} ({'fresh' if args.fresh else 'state kept'} "
               f"in {cluster.root}/), nodes: {', '.join(cluster.runners)}\n"
               f"  kubeconfig: {cluster.kubeconfig}\n"
-              f"  try:        export KUBECONFIG={cluster.kubeconfig}; kubectl get atj,pods\n"
+              f"  try:        export KUBECONFIG={cluster.kubeconfig}; {cluster.kubectl} get atj,pods\n"
               f"  or:         ascend-train apply -f examples/quickstart.yaml; ascend-train get atj\n"
               f"Ctrl-C or `ascend-train local down` stops it; `local up --fresh` starts over.", flush=True)
         while not stop:
@@ -231,7 +232,7 @@ def down(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     """Offline: the CRD schemas (with CEL rules) and the spec models, every problem of every document at once."""
-    from ..validation import validate_text
+    from ascend_operator.validation import validate_text
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
@@ -355,7 +356,7 @@ def dashboard(args: argparse.Namespace) -> int:
     """The operator's read-only dashboard, served here from the local cluster's API."""
     from kubernetes import client, config
 
-    from ..dashboard.server import serve
+    from ascend_operator.dashboard.server import serve
 
     kubeconfig = Path(args.root) / "kubeconfig"
     if not kubeconfig.exists():

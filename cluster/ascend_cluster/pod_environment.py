@@ -159,7 +159,9 @@ class ContainerPathView:
         return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
 
 
-Lookup = Callable[[str, str, str], dict[str, Any] | None]  # (kind "configmaps"/"secrets", namespace, name) -> obj
+# (plural "configmaps", "secrets", "persistentvolumeclaims" or "persistentvolumes", namespace, name) -> the object
+Lookup = Callable[[str, str, str], dict[str, Any] | None]
+TokenSource = Callable[[dict[str, Any], dict[str, Any]], str]  # (pod, its serviceAccountToken source) -> a token
 
 
 def _object_data(obj: dict[str, Any], kind: str) -> dict[str, str]:
@@ -192,9 +194,6 @@ def _field_ref(pod: dict[str, Any], path: str) -> str:
     return simple[path] or ""
 
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 def _confined(base: Path, relative: str, what: str) -> Path:
     """``base / relative``, refused unless it stays inside ``base`` after resolving ``..`` and symbolic links:
     a kubelet mounts only what the volume names, so no spelling of a claim, subPath or hostPath may reach the
@@ -208,7 +207,7 @@ def _confined(base: Path, relative: str, what: str) -> Path:
 
 
 def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
-                    translate_text: Callable[[str], str]) -> dict[str, Path]:
+                    translate_text: Callable[[str], str], token_for: TokenSource | None = None) -> dict[str, Path]:
     """Create the host directories behind the pod's volumes; returns mountPath -> host path for its container."""
     namespace = pod["metadata"]["namespace"]
     spec = pod.get("spec") or {}
@@ -218,12 +217,8 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
         name = volume["name"]
         if "emptyDir" in volume:
             volumes[name] = pod_dir / "volumes" / name
-        elif "persistentVolumeClaim" in volume:  # like a local-path provisioner: one directory per claim
-            claim = volume["persistentVolumeClaim"]["claimName"]
-            if len(claim) > 253 or not _DNS1123_SUBDOMAIN.match(claim):  # no PVC can have such a name
-                raise PodSetupError(f'volume "{name}": persistentVolumeClaim.claimName {claim!r} is not a valid '
-                                    "PersistentVolumeClaim name (a DNS-1123 subdomain)")
-            volumes[name] = _confined(cluster_root / "pvc" / namespace, claim, f'volume "{name}": claimName')
+        elif "persistentVolumeClaim" in volume:
+            volumes[name] = claimed_directory(volume["persistentVolumeClaim"]["claimName"], namespace, lookup, name)
         elif "hostPath" in volume:
             # Differs from a kubelet: the "node's" filesystem is <root>/hostpath, never this machine's own.
             host = volume["hostPath"]["path"]
@@ -250,10 +245,15 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
             volumes[name] = pod_dir / "volumes" / name
             for rel in downward_api_files(pod, volume["downwardAPI"], name):
                 _confined(volumes[name], rel, f'volume "{name}": items path')
+        elif "projected" in volume:
+            projected[name] = projected_files(pod, volume["projected"], name, lookup, token_for)
+            for rel in projected[name]:
+                _confined(pod_dir / "volumes" / name, rel, f'volume "{name}": sources path')
+            volumes[name] = pod_dir / "volumes" / name
         else:
-            # Differs from a kubelet: other volume types (projected, csi, nfs...) are not emulated.
-            raise PodSetupError(f'volume "{name}": only emptyDir, configMap, secret, downwardAPI, '
-                                "persistentVolumeClaim and hostPath are supported by the local runner")
+            # Differs from a kubelet: other volume types (csi, nfs, ephemeral...) are not run here.
+            raise PodSetupError(f'volume "{name}": only emptyDir, configMap, secret, downwardAPI, projected, '
+                                "persistentVolumeClaim and hostPath are supported by the local node agent")
     for path in volumes.values():
         path.mkdir(parents=True, exist_ok=True)
     container = (spec.get("containers") or [{}])[0]
@@ -275,6 +275,54 @@ def prepare_volumes(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, look
             tmp.replace(target)
     refresh_downward_api(pod, pod_dir)
     return mounts
+
+
+def claimed_directory(claim: str, namespace: str, lookup: Lookup, volume: str) -> Path:
+    """The host directory behind a claim: its bound PersistentVolume's ``hostPath`` or ``local`` path (the local
+    cluster's provisioner makes hostPath volumes; an administrator may make either)."""
+    pvc = lookup("persistentvolumeclaims", namespace, claim)
+    if pvc is None:
+        raise PodSetupError(f'persistentvolumeclaim "{claim}" not found (volume "{volume}")')
+    bound = (pvc.get("spec") or {}).get("volumeName")
+    pv = lookup("persistentvolumes", "", bound) if bound else None
+    if pv is None:
+        raise PodSetupError(f'persistentvolumeclaim "{claim}" is not bound to a volume (volume "{volume}")')
+    source = (pv.get("spec") or {}).get("hostPath") or (pv.get("spec") or {}).get("local")
+    if not source:
+        raise PodSetupError(f'persistentvolume "{bound}" is neither hostPath nor local: the local node agent '
+                            f'cannot mount it (volume "{volume}")')
+    return Path(source["path"])
+
+
+def projected_files(pod: dict[str, Any], source: dict[str, Any], volume: str, lookup: Lookup,
+                    token_for: TokenSource | None) -> dict[str, str]:
+    """A projected volume's files (path -> content): service-account tokens (from the TokenRequest API, bound to
+    the pod), ConfigMap and Secret keys and downward API fields, as the kubelet writes them."""
+    namespace = pod["metadata"]["namespace"]
+    files: dict[str, str] = {}
+    for part in source.get("sources") or []:
+        if "serviceAccountToken" in part:
+            if token_for is None:
+                raise PodSetupError(f'volume "{volume}": no token source for serviceAccountToken')
+            files[part["serviceAccountToken"]["path"]] = token_for(pod, part["serviceAccountToken"])
+        elif "configMap" in part or "secret" in part:
+            kind = "configmaps" if "configMap" in part else "secrets"
+            ref = part.get("configMap") or part.get("secret") or {}
+            obj = lookup(kind, namespace, ref.get("name", ""))
+            if obj is None:
+                if ref.get("optional"):
+                    continue
+                raise PodSetupError(f'{kind[:-1]} "{ref.get("name")}" not found (volume "{volume}")')
+            data = _object_data(obj, kind)
+            items = ref.get("items")
+            files.update({item["path"]: data[item["key"]] for item in items if item["key"] in data}
+                         if items else data)
+        elif "downwardAPI" in part:
+            files.update(downward_api_files(pod, part["downwardAPI"], volume))
+        else:
+            raise PodSetupError(f'volume "{volume}": projected sources other than serviceAccountToken, configMap, '
+                                "secret and downwardAPI are not supported by the local node agent")
+    return files
 
 
 def _format_map(values: Mapping[str, str]) -> str:
@@ -326,11 +374,11 @@ def termination_message_file(pod_dir: Path) -> Path:
 
 
 def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
-                     ips: IpAllocator) -> ContainerLaunch:
+                     ips: IpAllocator, token_for: TokenSource | None = None) -> ContainerLaunch:
     """The argv, env and cwd of the pod's first container, with all the rewrites applied."""
     namespace = pod["metadata"]["namespace"]
     container = (pod.get("spec") or {}).get("containers", [{}])[0]
-    mounts = prepare_volumes(pod, pod_dir, cluster_root, lookup, ips.map_dns)
+    mounts = prepare_volumes(pod, pod_dir, cluster_root, lookup, ips.map_dns, token_for)
     # The kubelet bind-mounts a file for the container's final message; here it is a file in the pod's dir.
     mounts[container.get("terminationMessagePath", TERMINATION_MESSAGE_PATH)] = termination_message_file(pod_dir)
     translate = PathTranslator(mounts)

@@ -1,15 +1,16 @@
-"""``LocalCluster``: the loopback API server, the scheduler, the node controllers, one kubelet (``PodRunner``)
-per node and (optionally) the operator, together.
+"""``LocalCluster``: the real control plane (``controlplane``), a volume provisioner, one node agent
+(``PodRunner``) per node and (optionally) the operator, together.
 
 One node named ``local`` by default; ``nodes=N`` makes ``node-1`` ... ``node-N``, each offering ``capacity``
 (device counts). ``lose_node`` / ``add_node`` play a machine that dies or joins; a cordon is a plain API call
 (``kubectl cordon``). A ``local up`` in another process takes the same requests from ``ascend-train local node``
 through files under ``<root>/node-requests/`` (``serve_node_requests``).
 
-The cluster root (default ``.local-cluster/`` in the current directory) holds the kubeconfig, pod directories
-and logs, PVC directories (checkpoints, datasets), ``operator.log`` and ``api-objects.json`` (the API's objects,
-saved on a clean stop). A start keeps all of it, so jobs, their status and their checkpoints survive a restart;
-``fresh=True`` (``--fresh``) wipes the root first (only a root this class created, recognised by its marker file).
+The cluster root (default ``.local-cluster/`` in the current directory) holds the control plane's certificates,
+etcd's data, the components' logs, the kubeconfig, pod directories and logs, volume directories (checkpoints,
+datasets) and ``operator.log``. A start keeps all of it, so jobs, their status and their checkpoints survive a
+restart; ``fresh=True`` (``--fresh``) wipes the root first (only a root this class created, recognised by its
+marker file).
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,23 +25,21 @@ from typing import IO, Any
 
 import yaml
 
-from . import authorization
-from .apiserver import LocalApiServer
-from .resource_client import ResourceClient
-from .node_lifecycle import DEFAULT_GRACE_S, NodeLifecycle
+from .controlplane import ControlPlane, write_kubeconfig
 from .pod_environment import IpAllocator
 from .pod_network import PodNetwork, claim_network
-from .runner import MAX_LOCAL_GRACE_S, PodRunner, pod_log_path
-from .scheduler import Scheduler
+from .processes import free_port
+from .provisioner import STORAGE_CLASS, Provisioner
+from .resource_client import ResourceClient
+from .runner import MAX_LOCAL_GRACE_S, PodRunner
 
 MARKER = ".ascend-local-cluster"
-STATE_FILE = "api-objects.json"
-REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
+REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
 NODE_REQUESTS = "node-requests"
 OPERATOR_COMMAND = [sys.executable, "-m", "ascend_operator.main", "run", "--all-namespaces", "--standalone"]
-
-
 OPERATOR_ACCOUNT = ("default", "ascend-train-operator")  # namespace and name of its ServiceAccount
+OPERATOR_TOKEN_S = 365 * 24 * 3600
+DEFAULT_GRACE_S = 40.0  # kube-controller-manager's default: a busy laptop must not lose nodes that are only slow
 
 
 def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]],
@@ -62,37 +60,34 @@ def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]]
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
-                 operator: bool = False, capacity: dict[str, int] | None = None, port: int = 0,
-                 fresh: bool = False, nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S):
-        """``capacity``: device counts each node offers; ``node_grace_s``: how long a silent node stays Ready."""
+                 operator: bool = False, capacity: dict[str, int] | None = None, fresh: bool = False,
+                 nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S, fast_storage: bool = False, say=print):
+        """``capacity``: device counts each node offers; ``node_grace_s``: how long a silent node stays Ready and
+        keeps its pods; ``fast_storage``: etcd without fsync (tests)."""
         self.root = Path(root).resolve()
         self.fresh = fresh
         self.crds_dir = Path(crds_dir) if crds_dir else None
         self.with_operator = operator
         self.capacity = capacity
         self.node_names = ["local"] if nodes == 1 else [f"node-{i}" for i in range(1, nodes + 1)]
-        self.node_grace_s = node_grace_s
-        self.api_server = LocalApiServer(port=port, pod_log_file=lambda ns, name: pod_log_path(self.root, ns, name),
-                                         state_file=self.root / STATE_FILE)
+        self.control_plane = ControlPlane(self.root, node_grace_s=node_grace_s, fast_storage=fast_storage, say=say)
         self.runners: dict[str, PodRunner] = {}
         self._lost: dict[str, PodRunner] = {}  # their frozen processes die with their pods
-        self.scheduler: Scheduler | None = None
-        self.node_lifecycle: NodeLifecycle | None = None
+        self.provisioner: Provisioner | None = None
         self._network: tuple[PodNetwork, IpAllocator] | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self._operator_log: IO[bytes] | None = None
 
     @property
     def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
+        return self.control_plane.kubeconfig
+
+    @property
+    def kubectl(self) -> str:
+        """The kubectl built at the control plane's release."""
+        return self.control_plane.binary("kubectl")
 
     @property
     def operator_log(self) -> Path:
@@ -110,16 +105,16 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         self._prepare_root()
-        self.api_server.start()
         try:
-            self.api_server.write_kubeconfig(self.kubeconfig)
+            self.control_plane.start()
             self.install_crds()
+            with self.client() as resources:
+                resources.apply(STORAGE_CLASS)
+            self.provisioner = Provisioner(self.kubeconfig, self.root).start()
             network = claim_network()  # this cluster's own loopback /16, shared by its nodes
             self._network = (network, IpAllocator(network.prefix))
-            self.scheduler = Scheduler(self.kubeconfig).start()
             for name in self.node_names:
                 self.add_node(name)
-            self.node_lifecycle = NodeLifecycle(self.kubeconfig, self.node_grace_s).start()
             if self.with_operator:
                 self.start_operator()
         except BaseException:
@@ -128,36 +123,34 @@ class LocalCluster:
         return self
 
     def install_crds(self) -> list[str]:
-        """Create every CustomResourceDefinition found in ``crds_dir``; returns their names."""
+        """Create every CustomResourceDefinition found in ``crds_dir`` and wait until each is served."""
         if self.crds_dir is None or not self.crds_dir.is_dir():
             return []
         names = []
-        resources = ResourceClient(self.kubeconfig)
-        try:
+        with self.client() as resources:
             for path in sorted(self.crds_dir.glob("*.yaml")):
                 for doc in yaml.safe_load_all(path.read_text()):
                     if doc and doc.get("kind") == "CustomResourceDefinition":
                         resources.apply(doc)
                         names.append(doc["metadata"]["name"])
-        finally:
-            resources.close()
+            resources.wait_established(names)
         return names
 
     def operator_kubeconfig(self) -> Path:
         """The operator's credentials: a token of its ServiceAccount, bound (ClusterRole and, for its Lease, a Role)
         to exactly the rules its Helm chart grants (``ascend_operator.permissions``, which the chart is rendered
-        from), so a call the chart does not allow fails here with kube-apiserver's 403, as it would on a cluster."""
-        from ..permissions import LEADER_ELECTION_RULES, rules
+        from), so a call the chart does not allow fails with kube-apiserver's 403, as it would on a cluster."""
+        from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
 
         namespace, name = OPERATOR_ACCOUNT
-        resources = ResourceClient(self.kubeconfig)
-        try:
+        with self.client() as resources:
             for obj in operator_rbac(namespace, name, rules(), LEADER_ELECTION_RULES):
                 resources.apply(obj)
-        finally:
-            resources.close()
-        token = self.api_server.issue_token(authorization.service_account(namespace, name))
-        return self.api_server.write_kubeconfig(self.root / "operator-kubeconfig", namespace, token)
+            token = resources.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                      {"spec": {"expirationSeconds": OPERATOR_TOKEN_S}})["status"]["token"]
+        return write_kubeconfig(self.root / "operator-kubeconfig", self.control_plane.server,
+                                self.control_plane.pki.ca.cert, f"system:serviceaccount:{namespace}:{name}", token,
+                                namespace)
 
     def start_operator(self) -> subprocess.Popen[bytes]:
         """The operator as a subprocess with its ServiceAccount's kubeconfig, logging to ``operator.log``."""
@@ -165,7 +158,7 @@ class LocalCluster:
         self._operator_log = open(self.operator_log, "ab")
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
         # A free port for the operator's own metrics, so a second cluster (or a test) on this host never clashes.
-        env.setdefault("ASCEND_OPERATOR_METRICS_PORT", str(_free_port()))
+        env.setdefault("ASCEND_OPERATOR_METRICS_PORT", str(free_port()))
         env.setdefault("ASCEND_OPERATOR_DASHBOARD_PORT", "0")  # `ascend-train dashboard` serves it locally
         env.setdefault("ASCEND_OPERATOR_PROGRESS_INTERVAL", "2")
         self.operator = subprocess.Popen(OPERATOR_COMMAND, env=env, stdout=self._operator_log,
@@ -184,34 +177,36 @@ class LocalCluster:
         if self._operator_log is not None:
             self._operator_log.close()
             self._operator_log = None
-        for part in (self.node_lifecycle, self.scheduler):  # first, so that stopped kubelets evict nothing
-            if part is not None:
-                part.stop()
-        self.scheduler = self.node_lifecycle = None
+        if self.provisioner is not None:
+            self.provisioner.stop()
+            self.provisioner = None
         for runners in (self.runners, self._lost):
             for name in list(runners):
                 runners.pop(name).stop()
         if self._network is not None:
             self._network[0].close()
             self._network = None
-        self.api_server.stop()
+        self.control_plane.stop()
 
     # -- nodes ----------------------------------------------------------------------------------
 
     @property
     def runner(self) -> PodRunner:
-        """The first node's kubelet (the only one of a one-node cluster)."""
+        """The first node's agent (the only one of a one-node cluster)."""
         return next(iter(self.runners.values()))
 
-    def add_node(self, name: str, capacity: dict[str, int] | None = None) -> PodRunner:
-        """Start a kubelet for ``name`` (a new node, or one lost before: it registers and is Ready again)."""
+    def add_node(self, name: str, capacity: dict[str, int] | None = None,
+                 labels: dict[str, str] | None = None) -> PodRunner:
+        """Start an agent for ``name`` (a new node, or one lost before: it registers and is Ready again)."""
         if name in self.runners:
             raise ValueError(f"node {name} is already running")
         assert self._network is not None, "the cluster is not started"
         if name in self._lost:  # a reboot: what ran there before is gone
             self._lost.pop(name).stop()
-        self.runners[name] = PodRunner(self.kubeconfig, self.root, name, capacity or self.capacity,
-                                       network=self._network).start()
+        plane = self.control_plane
+        self.runners[name] = PodRunner(plane.node_kubeconfig(name), self.root, name, plane.kubelet_serving(name),
+                                       plane.pki.ca.cert, capacity or self.capacity, network=self._network,
+                                       labels=labels).start()
         return self.runners[name]
 
     def lose_node(self, name: str) -> None:

@@ -1,0 +1,171 @@
+"""Build the control plane's binaries from their own Go modules, once per machine and pin.
+
+``controlplane/kubernetes`` pins ``k8s.io/kubernetes`` (its staging modules replaced by their published versions,
+see ``pin.sh``) and etcd's server at the version that release requires; ``controlplane/kueue`` pins Kueue. Each is
+built with ``CGO_ENABLED=0`` and the version ldflags Kubernetes' own build sets, into
+``~/.cache/ascend-train/controlplane/<module>-<key>/bin`` (``ASCEND_CONTROLPLANE_CACHE`` moves it), where ``key``
+hashes everything that decides the binaries (go.mod, go.sum, our Go files, the flags, the Go version): a build is
+reused until one of them changes. The Go module and build caches (``go env GOMODCACHE GOCACHE``) are Go's own.
+
+A build shows progress (packages compiled of the total, elapsed, an estimate of what is left) and ends with one
+line; two processes that need the same build wait for each other (a lock file) rather than build it twice.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MODULES_DIR = Path(__file__).resolve().parents[2] / "controlplane"
+PROGRESS_EVERY_S = 15.0
+
+
+class BuildError(RuntimeError):
+    """The binaries could not be built; the message says which command failed and how."""
+
+
+@dataclass(frozen=True)
+class GoModule:
+    """A Go module of ours under ``controlplane/`` and the commands it builds (binary name -> package)."""
+
+    folder: str
+    commands: dict[str, str]
+
+    @property
+    def path(self) -> Path:
+        return MODULES_DIR / self.folder
+
+    def required_version(self, module: str) -> str:
+        match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", (self.path / "go.mod").read_text(), re.M)
+        if match is None:
+            raise BuildError(f"{self.path / 'go.mod'} does not require {module}")
+        return match.group(1)
+
+    def ldflags(self) -> str:
+        flags = ["-s", "-w"]
+        if self.folder == "kubernetes":  # what hack/lib/version.sh sets, so `kubectl version` names the release
+            version = self.required_version("k8s.io/kubernetes")
+            major, minor = version.lstrip("v").split(".")[:2]
+            for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+                flags += [f"-X {package}.{name}={value}" for name, value in (
+                    ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean"),
+                    ("buildDate", "1970-01-01T00:00:00Z"))]
+        return " ".join(flags)
+
+
+KUBERNETES = GoModule("kubernetes", {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "etcd": "./cmd/etcd",
+})
+KUEUE = GoModule("kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"})
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ASCEND_CONTROLPLANE_CACHE") or Path.home() / ".cache" / "ascend-train" / "controlplane")
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("the control plane is built from Go modules, and `go` is not on PATH (install Go 1.25+)")
+    return go
+
+
+def _key(module: GoModule, go: str) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(module.path.rglob("*")):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+            digest.update(str(path.relative_to(module.path)).encode() + b"\0" + path.read_bytes() + b"\0")
+    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    digest.update(f"{module.ldflags()}\0{version}\0{sorted(module.commands.items())}".encode())
+    return digest.hexdigest()[:12]
+
+
+def binaries(module: GoModule, say=print) -> Path:
+    """The folder holding ``module``'s binaries, built first if this pin has none yet."""
+    if not module.path.is_dir():
+        raise BuildError(f"{module.path} is missing: the control plane is built from the project's source tree")
+    go = _go()
+    target = cache_root() / f"{module.folder}-{_key(module, go)}"
+    if (target / "bin").is_dir():
+        return target / "bin"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "bin").is_dir():
+            _build(module, go, target, say)
+    return target / "bin"
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+
+
+def _build(module: GoModule, go: str, target: Path, say) -> None:
+    names = ", ".join(module.commands)
+    started = time.monotonic()
+    say(f"building {names} from {module.path} (once per machine and pin; on a fresh machine about "
+        f"{'25' if module is KUBERNETES else '10'} minutes on 2 cores, the module download included)", flush=True)
+    packages = list(module.commands.values())
+    listed = subprocess.run([go, "list", "-deps", *packages], cwd=module.path, env=_env(), capture_output=True,
+                            text=True)
+    if listed.returncode != 0:
+        raise BuildError(f"`go list -deps` in {module.path} failed:\n{listed.stderr.strip()[-3000:]}")
+    total = len(listed.stdout.split())
+    say(f"  modules downloaded; {total} packages to compile (those in Go's build cache are skipped)", flush=True)
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    command = [go, "build", "-v", "-trimpath", "-ldflags", module.ldflags(), "-o", str(staging / "bin") + "/",
+               *packages]
+    process = subprocess.Popen(command, cwd=module.path, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    done, tail = 0, []
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            elapsed = time.monotonic() - started
+            share = min(done / total, 0.99) if total else 0
+            left = f", about {elapsed / share * (1 - share) / 60:.0f} min left" if share > 0.05 else ""
+            say(f"  {done}/{total} packages compiled ({share:.0%}), {elapsed / 60:.1f} min{left}", flush=True)
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    assert process.stdout is not None
+    for line in process.stdout:
+        done += 1
+        tail = (tail + [line.rstrip()])[-40:]
+    code = process.wait()
+    stop.set()
+    if code != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(f"`{' '.join(command[:3])} ...` in {module.path} exited {code}:\n" + "\n".join(tail))
+    staging.rename(target)
+    say(f"built {names} in {(time.monotonic() - started) / 60:.1f} min into {target / 'bin'}", flush=True)
+
+
+def main() -> int:
+    """``python -m ascend_cluster.build``: build (or find) every binary and print where they are."""
+    try:
+        for module in (KUBERNETES, KUEUE):
+            print(binaries(module))
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""A control-plane component as a child process: started with its log file, asked to stop, killed if it won't."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Component:
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.name, self.argv, self.log_path = name, argv, log
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Component:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=self.env, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def died_because(self) -> str:
+        """The exit code and the tail of the log, for an error message."""
+        code = self.process.poll() if self.process else None
+        tail = self.log_path.read_text(errors="replace").splitlines()[-15:] if self.log_path.exists() else []
+        return f"{self.name} exited with code {code}; the end of {self.log_path}:\n  " + "\n  ".join(tail)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if not self.alive():
+            return
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
