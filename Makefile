@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # torch first, pinned: a range would pull the newest CUDA build (GBs); 2.13.0 resolves to the CPU wheel here.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv tools shell demo test test-fast crds e2e-kind e2e-cluster clean
+.PHONY: venv controlplane tools shell demo test test-fast crds e2e-kind e2e-cluster clean
 
 venv: $(STAMP)
 
@@ -20,12 +20,17 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 	@echo "$(VENV) ready: put it on PATH with 'export PATH=$(CURDIR)/$(BIN):\$$PATH' or run 'make shell'"
 
-# Debian packages the tests drive for real: kubectl (tests/operator/test_kubectl.py), chromium (the dashboard's
-# headless test) and a C compiler (the local pods' network shim). Installed when missing and apt-get can (as
-# root); otherwise those tests skip and say why.
+# The control plane, built from its Go modules (controlplane/) once per machine and pin into
+# ~/.cache/ascend-train/controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and
+# Kueue's manager. A fresh machine downloads the modules and compiles for about 20 minutes (2 cores); later runs
+# find the binaries at once. kubectl is linked into .venv/bin, so the kubectl of the same release is first on PATH.
+controlplane: venv
+	@$(BIN)/python -m ascend_cluster.build --link $(BIN)
+
+# Debian packages the tests drive for real: chromium (the dashboard's headless test) and a C compiler (the local
+# pods' network shim). Installed when missing and apt-get can (as root); otherwise those tests skip and say why.
 tools:
-	@missing=""; command -v kubectl >/dev/null || missing="$$missing kubectl"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	@missing=""; command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -33,7 +38,6 @@ tools:
 	    apt-get update -qq; \
 	    for pkg in $$missing; do \
 	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg >/dev/null 2>&1 || \
-	      { [ $$pkg = kubectl ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null 2>&1; } || \
 	      echo "could not install $$pkg; the tests that need it will skip"; done; \
 	  else echo "missing$$missing (not root or no apt-get); the tests that need them will skip"; fi; fi
 
@@ -42,14 +46,14 @@ shell: venv
 	@echo "entering a shell with $(CURDIR)/$(BIN) on PATH (exit to leave)"
 	@PATH="$(CURDIR)/$(BIN):$$PATH" $${SHELL:-/bin/bash}
 
-demo: venv
+demo: controlplane
 	$(BIN)/ascend-train local demo --file examples/quickstart.yaml
 
-test: venv tools
-	$(BIN)/python -m pytest -q --durations=15
+test: controlplane tools
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15
 
-test-fast: venv
-	$(BIN)/python -m pytest -q --durations=15 -m "not engine and not e2e"
+test-fast: controlplane
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m "not engine and not e2e"
 
 # Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
 # rules, and the CRD reference in docs/.

@@ -9,8 +9,13 @@ already imported torch, so its own thread count is unchanged."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kube_fixtures import api_client, control_plane, kubeconfig, namespace  # noqa: E402,F401 (fixtures)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,6 +12,7 @@ line; two processes that need the same build wait for each other (a lock file) r
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import os
@@ -156,14 +157,23 @@ def _build(module: GoModule, go: str, target: Path, say) -> None:
     say(f"built {names} in {(time.monotonic() - started) / 60:.1f} min into {target / 'bin'}", flush=True)
 
 
-def main() -> int:
-    """``python -m ascend_cluster.build``: build (or find) every binary and print where they are."""
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ascend_cluster.build [--link DIR]``: build (or find) every binary; ``--link`` puts a link to
+    kubectl in DIR (a virtual environment's bin, so the kubectl of the control plane's release comes first)."""
+    parser = argparse.ArgumentParser(prog="python -m ascend_cluster.build", description=main.__doc__)
+    parser.add_argument("--link", type=Path, help="link kubectl into this folder")
+    args = parser.parse_args(argv)
     try:
-        for module in (KUBERNETES, KUEUE):
-            print(binaries(module))
+        folders = [binaries(module) for module in (KUBERNETES, KUEUE)]
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.link:
+        link = args.link / "kubectl"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(folders[0] / "kubectl")
+    print(f"control plane binaries: {', '.join(str(f) for f in folders)}")
     return 0
 
 

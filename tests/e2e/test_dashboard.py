@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_operator.local.cluster import LocalCluster
-from ascend_operator.local.resource_client import ApiRequestError
-from ascend_operator.local.runner import read_logs
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.resource_client import ApiRequestError
+from ascend_cluster.runner import read_logs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     shutil.which("chromium") is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
@@ -78,7 +78,7 @@ def assert_axes(figure: str) -> None:
 
 class Dashboard:
     def __init__(self, cluster: LocalCluster):
-        self.process = subprocess.Popen([sys.executable, "-m", "ascend_operator.local.cli", "--root",
+        self.process = subprocess.Popen([sys.executable, "-m", "ascend_train.cli", "--root",
                                          str(cluster.root), "dashboard", "--port", "0"], stdout=subprocess.PIPE,
                                         text=True)
         self.url = re.search(r"http://\S+/", self.process.stdout.readline()).group(0)

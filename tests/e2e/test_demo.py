@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 def _demo(root: Path, manifest: Path) -> list[tuple[float, str]]:
     """Every output line with the seconds since the start at which it arrived."""
-    process = subprocess.Popen([sys.executable, "-m", "ascend_operator.local.cli", "--root", str(root), "local",
+    process = subprocess.Popen([sys.executable, "-m", "ascend_train.cli", "--root", str(root), "local",
                                 "demo", "-f", str(manifest), "--timeout", "240"], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     start, lines = time.monotonic(), []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from ascend_operator.local.cluster import LocalCluster
+from ascend_cluster.cluster import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_train_torchrun import LINE, TINY, assert_ok, run_train  # noqa: E402

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from ascend_operator.api.group import LABEL_ATTEMPT, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
-from ascend_operator.local.cluster import LocalCluster
-from ascend_operator.local.pod_environment import termination_message_file
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.pod_environment import termination_message_file
 
 pytestmark = pytest.mark.e2e
 

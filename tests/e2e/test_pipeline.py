@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_operator.local.cluster import LocalCluster
+from ascend_cluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

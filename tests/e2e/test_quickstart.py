@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ascend_operator.local.cli import main as ascend_train
-from ascend_operator.local.cluster import LocalCluster
+from ascend_train.cli import main as ascend_train
+from ascend_cluster.cluster import LocalCluster
 from ascend_operator.sdk import InvalidSpec, TrainClient
 
 pytestmark = pytest.mark.e2e

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_operator.local.cluster import LocalCluster
-from ascend_operator.local.runner import read_logs
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.runner import read_logs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     not (shutil.which("cc") or shutil.which("gcc")),

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ascend_operator.local.resource_client import ApiRequestError, ResourceClient
+from ascend_cluster.resource_client import ApiRequestError, ResourceClient
 from test_operator_train_job import CRDS
 
 pytestmark = pytest.mark.operator

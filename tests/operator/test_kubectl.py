@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from ascend_operator.api.train_job import TrainProgress
-from ascend_operator.local.cli import main as ascend_train
+from ascend_train.cli import main as ascend_train
 from ascend_operator.local import protobuf_codec
-from ascend_operator.local.cluster import LocalCluster
+from ascend_cluster.cluster import LocalCluster
 
 
 

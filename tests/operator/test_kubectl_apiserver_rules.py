@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ascend_operator.local.cluster import OPERATOR_COMMAND, LocalCluster
+from ascend_cluster.cluster import OPERATOR_COMMAND, LocalCluster
 from ascend_operator.local.core_schemas import KUBERNETES_VERSION
 from test_kubectl import kubectl, pytestmark, rows  # noqa: F401 -- same binary, same skip conditions
 

@@ -19,8 +19,8 @@ import yaml
 from ascend_operator.handlers import lifecycle, single_pod, train_job  # noqa: F401 -- registers the job kinds
 from ascend_operator.render import single_pod as single_pod_render
 from ascend_operator.local import core_schemas
-from ascend_operator.local.cli import main as ascend_train
-from ascend_operator.local.cluster import LocalCluster
+from ascend_train.cli import main as ascend_train
+from ascend_cluster.cluster import LocalCluster
 from ascend_operator.local.pod_validation import pod_spec_errors
 from test_kubectl import kubectl, pytestmark  # noqa: F401 -- the same kubectl binary and skip conditions
 

@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from ascend_operator.local.cluster import LocalCluster
+from ascend_cluster.cluster import LocalCluster
 from test_kubectl import kubectl, pytestmark, rows  # noqa: F401 -- same binary, same skip conditions
 
 NPU = "huawei.com/Ascend910"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ascend_operator.local.runner import PodRunner, read_logs
+from ascend_cluster.runner import PodRunner, read_logs
 from ascend_operator.local.scheduler import Scheduler
 
 
@@ -182,8 +182,8 @@ def test_deletion_terminates_the_process_group(runner, core, cluster_root: Path)
 def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
     import yaml
 
-    from ascend_operator.local.cli import main
-    from ascend_operator.local.cluster import LocalCluster
+    from ascend_train.cli import main
+    from ascend_cluster.cluster import LocalCluster
     from test_local_apiserver import WIDGET_CRD
 
     crds = tmp_path / "crds"
@@ -236,7 +236,7 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
             # `get pods | head`: the reader went away; no traceback, the SIGPIPE status
             read_end, write_end = os.pipe()
             os.close(read_end)
-            done = subprocess.run([sys.executable, "-m", "ascend_operator.local.cli", *cli, "get", "pods"],
+            done = subprocess.run([sys.executable, "-m", "ascend_train.cli", *cli, "get", "pods"],
                                   stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
             os.close(write_end)
             assert (done.returncode, done.stderr) == (141, "")
@@ -255,7 +255,7 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
 ])
 def test_volumes_stay_inside_the_cluster_root(tmp_path: Path, volume, mount, says):
     """No claim name, hostPath or subPath reaches a directory outside the cluster's root (``../../../etc``)."""
-    from ascend_operator.local.pod_environment import PodSetupError, prepare_volumes
+    from ascend_cluster.pod_environment import PodSetupError, prepare_volumes
 
     pod_dir, root = tmp_path / "pod", tmp_path / "root"
     (pod_dir / "volumes" / "v").mkdir(parents=True)

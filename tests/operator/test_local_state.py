@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_operator.local.cli import main
-from ascend_operator.local.cluster import LocalCluster
-from ascend_operator.local.resource_client import ResourceClient
+from ascend_train.cli import main
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.resource_client import ResourceClient
 
 pytestmark = pytest.mark.operator
 
@@ -47,7 +47,7 @@ def test_objects_and_claim_files_survive_a_restart_and_fresh_wipes_them(tmp_path
 def _background_up(root: Path) -> subprocess.Popen:
     """`ascend-train local up &` from a script: the shell starts it with SIGINT ignored."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "ascend_operator.local.cli", "--root", str(root), "local", "up", "--no-operator"],
+        [sys.executable, "-m", "ascend_train.cli", "--root", str(root), "local", "up", "--no-operator"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 60

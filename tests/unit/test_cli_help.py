@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from ascend_engine.cli import COMMANDS, main as engine_main
-from ascend_operator.local.cli import build_parser
+from ascend_train.cli import build_parser
 
 
 def _subparsers(parser: argparse.ArgumentParser):

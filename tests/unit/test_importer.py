@@ -312,7 +312,7 @@ def test_keep_as_is_makes_the_scripts_own_torchrun_line_the_trainer(tmp_path, ca
     """A seed-style MindSpeed-LLM pretrain script, kept as it is: its flags word for word after pretrain_gpt.py,
     its exports as env (HCCL's in spec.hccl), its torchrun shape as the pods; the manifest passes `ascend-train
     validate` (the CRD's schema and CEL rules, then the model)."""
-    from ascend_operator.local.cli import main as train_main
+    from ascend_train.cli import main as train_main
 
     script = SCRIPTS / "pretrain_qwen3_1point7b_4K_ptd.sh"
     out = tmp_path / "job.yaml"

@@ -11,7 +11,7 @@ import yaml
 
 from ascend_engine.config.loader import ConfigError, add_flags, build_config
 from ascend_engine.config.train import TrainConfig
-from ascend_operator.local.cli import main
+from ascend_train.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
