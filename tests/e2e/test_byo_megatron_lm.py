@@ -21,6 +21,8 @@ import pytest
 
 from ascend_cluster.cluster import LocalCluster
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 MEGATRON_LM = os.environ.get("MEGATRON_LM")
@@ -78,7 +80,8 @@ def test_megatron_lm_pretrain_gpt_as_a_byo_job(tmp_path):
     runner = tmp_path / "cpu_runner.py"
     runner.write_text(CPU_RUNNER)
     seen: list[dict] = []
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj = resources.resolve("atj")
         resources.apply(megatron_job("megatron", runner, ["--mock-data"]))

@@ -12,6 +12,8 @@ import pytest
 
 from ascend_cluster.cluster import LocalCluster
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 TRAINER = Path(__file__).resolve().parent / "megatron_style_trainer.py"
@@ -37,7 +39,8 @@ def byo_job(name: str, data_path: str, nnodes: int = 2) -> dict:
 
 def test_byo_trainer_progress_restart_and_own_failure_cause(tmp_path):
     seen: list[tuple[int, float]] = []
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj = resources.resolve("atj")
         data = cluster.root / "pvc" / "default" / "ascend-workspace" / "data"

@@ -29,6 +29,8 @@ from ascend_cluster.cluster import LocalCluster
 from ascend_cluster.resource_client import ApiRequestError
 from ascend_cluster.runner import read_logs
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     shutil.which("chromium") is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
 
@@ -92,11 +94,12 @@ ITERS = 12
 
 
 def test_the_dashboard_draws_every_logged_iteration_of_a_running_job(tmp_path):
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job = quickstart_job()
     job["metadata"]["name"] = "dash"
     job["spec"]["train"]["training"]["trainIters"] = ITERS
     job["spec"]["train"]["observability"]["logInterval"] = 1
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj, cms = resources.resolve("atj"), resources.resolve("cm")
         resources.apply(job)
@@ -170,7 +173,8 @@ def test_the_dashboard_shows_a_pipeline_its_evaluation_a_failure_and_two_runs_on
     failed["metadata"]["name"] = "sft-b"
     failed["spec"].pop("evaluation", None)
     cause = "engine: ValueError: data.dataPath /workspace/data/alpaca_packed: no such dataset (pod sft-b-0)"
-    with LocalCluster(root=tmp_path / "cluster") as cluster:  # no operator: the statuses are set here
+    # no operator: the statuses are set here
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster") as cluster:
         resources = cluster.client()
         try:
             for doc in docs + [failed]:

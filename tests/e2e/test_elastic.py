@@ -24,6 +24,8 @@ from ascend_cluster.cluster import LocalCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from test_train_torchrun import LINE, TINY, assert_ok, run_train  # noqa: E402
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 DEVICE = "huawei.com/Ascend910"
 TOLERANCE = 1e-5
@@ -63,8 +65,9 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
     runner = threading.Thread(target=lambda: reference.append(run_train(tmp_path, ref_config, nproc=2, timeout=400)))
     runner.start()  # the uninterrupted DP 2 run, alongside the cluster's waits
     monkeypatch.setenv("ASCEND_OPERATOR_PROGRESS_INTERVAL", "0.5")
-    with LocalCluster(root=tmp_path / "cluster", operator=True, nodes=2, capacity={DEVICE: 1},
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True, nodes=2, capacity={DEVICE: 1},
                       node_grace_s=6.0) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj, events = resources.resolve("atj"), resources.resolve("events")
         core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))

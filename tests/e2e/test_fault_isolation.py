@@ -20,15 +20,17 @@ from ascend_operator.api.group import LABEL_ATTEMPT, LABEL_JOB_NAME, LABEL_REPLI
 from ascend_cluster.cluster import LocalCluster
 from ascend_cluster.pod_environment import termination_message_file
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
 DEVICE_ERROR = ("RuntimeError: ACL stream synchronize failed.\n"
                 "EZ9999: Inner Error! The error from device(chipId:0, dieId:0), an exception occurred: device error")
 
 
 def _job() -> dict:
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job = quickstart_job()
     job["metadata"]["name"] = "isolate"
     train = job["spec"]["train"]
     train["training"]["trainIters"] = 20
@@ -42,7 +44,9 @@ def _job() -> dict:
 
 
 def test_device_fault_then_lost_node_restart_elsewhere_without_spending_backoff(tmp_path):
-    with LocalCluster(root=tmp_path / "cluster", operator=True, nodes=3, node_grace_s=4.0) as cluster:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True, nodes=3,
+                      node_grace_s=4.0) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj, pods, events = (resources.resolve(k) for k in ("atj", "pods", "events"))
         resources.apply(_job())

@@ -21,9 +21,11 @@ import yaml
 
 from ascend_cluster.cluster import LocalCluster
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
 STALL_TIMEOUT_S = 10  # runPolicy.stallDetection.timeoutSeconds (fixed: the derived one follows the machine's load)
 
 
@@ -59,7 +61,7 @@ def _worker_pid(cluster: LocalCluster, namespace: str, pod: str) -> int:
 
 
 def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoint(tmp_path):
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
+    job = quickstart_job()
     job["metadata"]["name"] = "resume"
     train = job["spec"]["train"]
     train["training"]["trainIters"] = 150
@@ -71,7 +73,8 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     phases: list[str] = []
     restarting: list[dict] = []
     iterations: set[int] = set()
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+        create_workspace(cluster)
         resources = cluster.client()
         atj = resources.resolve("atj")
         resources.apply(job)

@@ -13,6 +13,7 @@ import yaml
 
 from ascend_cluster.cluster import LocalCluster
 
+
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -20,14 +21,15 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def test_pipeline_runs_in_dependency_order_and_exports_a_loadable_model(tmp_path):
     docs = [d for d in yaml.safe_load_all((EXAMPLES / "pipeline.yaml").read_text()) if d]
-    names = [(d["kind"], d["metadata"]["name"]) for d in docs]
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster:
-        workspace = cluster.root / "pvc" / "default" / "ascend-workspace"
-        subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_assets.py"), str(workspace)], check=True,
-                       capture_output=True)
+    names = [(d["kind"], d["metadata"]["name"]) for d in docs if d["apiVersion"].startswith("ascendtrain.dev/")]
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
         resources = cluster.client()
-        for doc in docs:
+        for doc in docs:  # the claim first: its directory is where the assets go
             resources.apply(doc)
+            if doc["kind"] == "PersistentVolumeClaim":
+                workspace = cluster.root / "pvc" / "default" / "ascend-workspace"
+                subprocess.run([sys.executable, str(EXAMPLES / "make_tiny_assets.py"), str(workspace)], check=True,
+                               capture_output=True)
         kinds = {kind: resources.resolve(kind) for kind, _ in names}
         statuses: dict[str, dict] = {}
         waited_for_dependencies = False

@@ -22,9 +22,11 @@ from ascend_train.cli import main as ascend_train
 from ascend_cluster.cluster import LocalCluster
 from ascend_operator.sdk import InvalidSpec, TrainClient
 
+from workspace import create_workspace, quickstart_job  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
 
 
 MISSING = "/workspace/data/no-such-corpus"
@@ -68,10 +70,12 @@ def _failure_is_where_users_look(cluster: LocalCluster, capsys) -> None:
 
 
 def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, capsys):
-    job = yaml.safe_load(QUICKSTART.read_text())
+    job = quickstart_job()
     train_iters = job["spec"]["train"]["training"]["trainIters"]
     seen_running_progress = []
-    with LocalCluster(root=tmp_path / "cluster", operator=True) as cluster, TrainClient(cluster.kubeconfig) as sdk:
+    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster, \
+            TrainClient(cluster.kubeconfig) as sdk:
+        create_workspace(cluster)
         bad = copy.deepcopy(job)
         bad["spec"]["train"]["parallel"]["tensorModelParalelSize"] = 2
         with pytest.raises(InvalidSpec, match='spec.train.parallel.tensorModelParalelSize: unknown field '

@@ -40,7 +40,8 @@ def gang_pod(index: int, script: Path) -> dict:
 def test_two_clusters_run_gangs_on_the_same_master_port_at_once(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    with LocalCluster(root=tmp_path / "a", crds_dir=None) as a, LocalCluster(root=tmp_path / "b", crds_dir=None) as b:
+    with LocalCluster(fast_storage=True, root=tmp_path / "a", crds_dir=None) as a, \
+            LocalCluster(fast_storage=True, root=tmp_path / "b", crds_dir=None) as b:
         clients = [a.client(), b.client()]
         for resources in clients:
             for index in (0, 1):
