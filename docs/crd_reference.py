@@ -5,6 +5,7 @@ One table per kind: YAML path, type, default, the Megatron / MindSpeed-LLM flag 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -34,8 +35,13 @@ def _type(node: dict[str, Any]) -> str:
     kind = node.get("type", "object")
     if kind == "array":
         return f"list of {_type(node.get('items', {}))}"
-    bounds = [f"{'>' if node.get('exclusiveMinimum') else '≥'} {node['minimum']}"] if "minimum" in node else []
-    bounds += [f"{'<' if node.get('exclusiveMaximum') else '≤'} {node['maximum']}"] if "maximum" in node else []
+    lower = [f"{'>' if node.get('exclusiveMinimum') else '≥'} {node['minimum']}"] if "minimum" in node else []
+    upper = [f"{'<' if node.get('exclusiveMaximum') else '≤'} {node['maximum']}"] if "maximum" in node else []
+    for rule in node.get("x-kubernetes-validations", []):  # crdgen's rule for a strict bound that is not an integer
+        strict = re.fullmatch(r"self ([<>]) (\S+)", rule["rule"])
+        if strict:
+            (upper if strict[1] == "<" else lower).append(f"{strict[1]} {strict[2]}")
+    bounds = lower + upper
     return kind + (f" ({', '.join(bounds)})" if bounds else "") + (", nullable" if node.get("nullable") else "")
 
 

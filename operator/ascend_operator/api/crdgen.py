@@ -37,6 +37,13 @@ def _clean_default(value: Any, schema: dict[str, Any]) -> Any:
     return out
 
 
+def exclusive_bound_rule(key: str, bound: float) -> dict[str, str]:
+    """The CEL rule for a strict bound that is not an integer (``Field(lt=0.5)``): ``self < 0.5``."""
+    op, words = ("<", "less") if key == "exclusiveMaximum" else (">", "greater")
+    return {"rule": f"self {op} {bound!r}", "message": f"should be {words} than {bound!r}",
+            "reason": "FieldValueInvalid"}
+
+
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     """Inline $refs and translate JSON Schema constructs to their OpenAPI v3 (structural) forms."""
     if isinstance(node, list):
@@ -57,20 +64,29 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         if node.get("default", ...) is None:
             del node["default"]  # null is the absence of a value; no need to default to it
     out: dict[str, Any] = {}
+    strict_rules: list[dict[str, str]] = []
     for key, value in node.items():
         if key in _DROP:
             continue
         if key == "const":
             out["enum"] = [value]
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
-            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
-            out[key] = True
+            if float(value).is_integer():
+                out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+                out[key] = True
+            else:
+                # kube-apiserver compares an integral value (`0`, or `0.0` once kubectl / Helm turned the YAML
+                # into JSON) with int64(bound): `0 < int64(0.5)` fails, and it refused the CRD's own default
+                # of 0.0. A CEL rule says the same without truncating (and docs/crd_reference.py reads it back).
+                strict_rules.append(exclusive_bound_rule(key, value))
         elif key == "properties":
             out[key] = {k: _resolve(v, defs) for k, v in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _resolve(value, defs)
         else:
             out[key] = value
+    if strict_rules:
+        out["x-kubernetes-validations"] = out.get("x-kubernetes-validations", []) + strict_rules
     if isinstance(out.get("default"), dict):
         out["default"] = _clean_default(out["default"], out)
     if out.get("additionalProperties") is False:
