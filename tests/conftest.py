@@ -19,6 +19,16 @@ from kube_fixtures import api_client, control_plane, kubeconfig, namespace  # no
 
 
 @pytest.fixture(scope="session", autouse=True)
+def control_plane_binaries_first_on_path():
+    """``kubectl`` in a test is the one built at the control plane's release (``make test`` builds it first)."""
+    from ascend_cluster import build
+
+    folder = str(build.binaries(build.KUBERNETES))
+    os.environ["PATH"] = os.pathsep.join([folder, os.environ.get("PATH", "")])
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def session_cache_home(tmp_path_factory):
     previous = {name: os.environ.get(name) for name in ("XDG_CACHE_HOME", "OMP_NUM_THREADS")}
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
