@@ -527,8 +527,9 @@ class PodRunner:
         self._containers.pop((meta["namespace"], meta["name"]), None)
         self.events.forget(meta.get("uid", ""))
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0,
-                                            body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]}))
+            # With a body, kube-apiserver reads the options from it alone (a grace_period_seconds query is ignored).
+            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=client.V1DeleteOptions(
+                grace_period_seconds=0, preconditions={"uid": meta["uid"]}))
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise

@@ -10,28 +10,46 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
-from ascend_cluster.runner import PodRunner, read_logs
-from ascend_operator.local.scheduler import Scheduler
-
-
-@pytest.fixture
-def cluster_root(tmp_path: Path) -> Path:
-    return tmp_path / "cluster"
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.runner import read_logs
 
 
-@pytest.fixture
-def runner(local_api, tmp_path: Path, cluster_root: Path):
-    with Scheduler(tmp_path / "kubeconfig", poll_interval=0.1), \
-            PodRunner(tmp_path / "kubeconfig", cluster_root, capacity={"huawei.com/Ascend910": 2},
-                      poll_interval=0.1) as pod_runner:
-        yield pod_runner
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """One node with two devices, run by the real scheduler and our node agent, for the whole module."""
+    with LocalCluster(tmp_path_factory.mktemp("runner") / "cluster", crds_dir=None, fast_storage=True,
+                      capacity={"huawei.com/Ascend910": 2}) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-def core(api_client) -> client.CoreV1Api:
-    return client.CoreV1Api(api_client)
+def cluster_root(local) -> Path:
+    return local.root
+
+
+@pytest.fixture
+def runner(local):
+    return local.runner
+
+
+@pytest.fixture
+def core(local):
+    configuration = client.Configuration()
+    config.load_kube_config(str(local.kubeconfig), client_configuration=configuration)
+    with client.ApiClient(configuration) as api:
+        yield client.CoreV1Api(api)
+
+
+@pytest.fixture
+def ns(local, core, request) -> str:
+    """A namespace of this test's own on the module's cluster, with its default ServiceAccount."""
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:50].strip("-")
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: [a.metadata.name for a in core.list_namespaced_service_account(name).items],
+             lambda names: "default" in names)
+    return name
 
 
 def python_pod(name: str, code: str, restart: str = "Never", **spec) -> dict:
@@ -52,14 +70,14 @@ def wait_for(read, predicate, timeout: float = 30.0):
         time.sleep(0.1)
 
 
-def pod_phase(core, name):
-    return lambda: core.read_namespaced_pod(name, "default")
+def pod_phase(core, name, ns):
+    return lambda: core.read_namespaced_pod(name, ns)
 
 
-def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
-    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {
-        "conf.txt": "data=/data/train.bin master=job-0.job.default.svc.cluster.local", "mode": "fast"}})
-    core.create_namespaced_secret("default", {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
+def test_env_dns_volumes_and_success(runner, core, ns, cluster_root: Path):
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "cfg"}, "data": {
+        "conf.txt": f"data=/data/train.bin master=job-0.job.{ns}.svc.cluster.local", "mode": "fast"}})
+    core.create_namespaced_secret(ns, {"metadata": {"name": "sec"}, "stringData": {"token": "s3cret"}})
     code = (
         "import os; e = os.environ; print('MASTER', e['MASTER_ADDR']); print('NAME', e['POD_NAME'], e['APP']);"
         "print('IP', e['POD_IP']); print('MODE', e['MODE'], e['TOKEN'], e['GREETING']);"
@@ -72,7 +90,7 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
     ], container={
         "workingDir": "/data",
         "env": [
-            {"name": "MASTER_ADDR", "value": "job-0.job.default.svc"},
+            {"name": "MASTER_ADDR", "value": f"job-0.job.{ns}.svc"},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -83,14 +101,16 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
         ],
         "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "data", "mountPath": "/data"}],
     })
-    core.create_namespaced_pod("default", pod)
+    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "datasets"}, "spec": {
+        "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    core.create_namespaced_pod(ns, pod)
     # The master is named before it exists; its pod gets the same address when it starts.
-    core.create_namespaced_pod("default", python_pod("job-0", "print('master')", hostname="job-0", subdomain="job"))
-    done = wait_for(pod_phase(core, "job-1"), lambda p: p.status.phase in ("Succeeded", "Failed"))
-    master = wait_for(pod_phase(core, "job-0"), lambda p: p.status.phase == "Succeeded")
-    out = read_logs(cluster_root, "default", "job-1")
+    core.create_namespaced_pod(ns, python_pod("job-0", "print('master')", hostname="job-0", subdomain="job"))
+    done = wait_for(pod_phase(core, "job-1", ns), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    master = wait_for(pod_phase(core, "job-0", ns), lambda p: p.status.phase == "Succeeded")
+    out = read_logs(cluster_root, ns, "job-1")
     assert done.status.phase == "Succeeded", out
-    pvc_dir = cluster_root / "pvc" / "default" / "datasets"
+    pvc_dir = cluster_root / "pvc" / ns / "datasets"
     assert f"MASTER {master.status.pod_ip}" in out and master.status.pod_ip.startswith(runner.network.prefix + ".")
     assert done.status.pod_ip != master.status.pod_ip and f"IP {done.status.pod_ip}" in out
     assert "NAME job-1 demo" in out and "MODE fast s3cret hello-job-1-$(UNDEFINED)" in out
@@ -104,78 +124,79 @@ def test_env_dns_volumes_and_success(runner, core, cluster_root: Path):
 
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
                     reason="no C compiler for the local pods' network shim (Debian: apt-get install -y gcc libc6-dev)")
-def test_pods_listening_on_the_same_wildcard_port_each_get_their_own_ip(runner, core, cluster_root: Path):
+def test_pods_listening_on_the_same_wildcard_port_each_get_their_own_ip(runner, core, ns, cluster_root: Path):
     """As in per-pod network namespaces: two pods bind ``0.0.0.0:<port>`` at once, each ends up on its own IP."""
     code = ("import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29511)); s.listen();"
             "print('BOUND', s.getsockname()[0], flush=True); time.sleep(2)")
     for name in ("listen-a", "listen-b"):
-        core.create_namespaced_pod("default", python_pod(name, code))
-    pods = [wait_for(pod_phase(core, name), lambda p: p.status.phase in ("Succeeded", "Failed"))
+        core.create_namespaced_pod(ns, python_pod(name, code))
+    pods = [wait_for(pod_phase(core, name, ns), lambda p: p.status.phase in ("Succeeded", "Failed"))
             for name in ("listen-a", "listen-b")]
     for pod in pods:
-        out = read_logs(cluster_root, "default", pod.metadata.name)
+        out = read_logs(cluster_root, ns, pod.metadata.name)
         assert pod.status.phase == "Succeeded", out
         assert f"BOUND {pod.status.pod_ip}" in out
     assert pods[0].status.pod_ip != pods[1].status.pod_ip
 
 
-def test_failure_exit_code_and_on_failure_restarts(runner, core, cluster_root: Path):
-    core.create_namespaced_pod("default", python_pod("fails", "import sys; print('bye'); sys.exit(3)"))
+def test_failure_exit_code_and_on_failure_restarts(runner, core, ns, cluster_root: Path):
+    core.create_namespaced_pod(ns, python_pod("fails", "import sys; print('bye'); sys.exit(3)"))
     counter = "import os, sys; p = '/work/count'; n = len(open(p).read()) if os.path.exists(p) else 0;" \
               "open(p, 'a').write('x'); print('attempt', n); sys.exit(0 if n >= 2 else 1)"
-    core.create_namespaced_pod("default", python_pod(
+    core.create_namespaced_pod(ns, python_pod(
         "flaky", counter, restart="OnFailure", volumes=[{"name": "work", "emptyDir": {}}],
         container={"volumeMounts": [{"name": "work", "mountPath": "/work"}]}))
-    failed = wait_for(pod_phase(core, "fails"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    failed = wait_for(pod_phase(core, "fails", ns), lambda p: p.status.phase in ("Succeeded", "Failed"))
     assert failed.status.phase == "Failed"
     terminated = failed.status.container_statuses[0].state.terminated
     assert (terminated.exit_code, terminated.reason) == (3, "Error")
-    assert read_logs(cluster_root, "default", "fails") == "bye\n"
-    flaky = wait_for(pod_phase(core, "flaky"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    assert read_logs(cluster_root, ns, "fails") == "bye\n"
+    flaky = wait_for(pod_phase(core, "flaky", ns), lambda p: p.status.phase in ("Succeeded", "Failed"))
     assert flaky.status.phase == "Succeeded"
     assert flaky.status.container_statuses[0].restart_count == 2
     assert flaky.status.container_statuses[0].last_state.terminated.exit_code == 1
-    assert read_logs(cluster_root, "default", "flaky").splitlines() == ["attempt 0", "attempt 1", "attempt 2"]
+    assert read_logs(cluster_root, ns, "flaky").splitlines() == ["attempt 0", "attempt 1", "attempt 2"]
 
 
-def test_a_container_that_cannot_start_fails_alone(runner, core):
+def test_a_container_that_cannot_start_fails_alone(runner, core, ns):
     """A NUL byte in a variable (kube-apiserver accepts it; execve cannot pass it) is a StartError of that pod;
     it once failed every sync pass of the node, so no other pod on it started."""
-    core.create_namespaced_pod("default", python_pod("nul", "print(1)", container={"env": [
+    core.create_namespaced_pod(ns, python_pod("nul", "print(1)", container={"env": [
         {"name": "A", "value": "a\x00b"}]}))
-    core.create_namespaced_pod("default", python_pod("after-nul", "print(1)"))
-    failed = wait_for(pod_phase(core, "nul"), lambda p: p.status.phase in ("Succeeded", "Failed"))
+    core.create_namespaced_pod(ns, python_pod("after-nul", "print(1)"))
+    failed = wait_for(pod_phase(core, "nul", ns), lambda p: p.status.phase in ("Succeeded", "Failed"))
     terminated = failed.status.container_statuses[0].state.terminated
     assert (failed.status.phase, terminated.exit_code, terminated.reason) == ("Failed", 128, "StartError")
     assert "null byte" in terminated.message
-    assert wait_for(pod_phase(core, "after-nul"), lambda p: p.status.phase == "Succeeded")
+    assert wait_for(pod_phase(core, "after-nul", ns), lambda p: p.status.phase == "Succeeded")
 
 
-def test_unschedulable_device_request_stays_pending(runner, core):
+def test_unschedulable_device_request_stays_pending(runner, core, ns):
     pod = python_pod("greedy", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "4"}}})
-    core.create_namespaced_pod("default", pod)
-    pending = wait_for(pod_phase(core, "greedy"), lambda p: p.status.conditions)
+    core.create_namespaced_pod(ns, pod)
+    pending = wait_for(pod_phase(core, "greedy", ns), lambda p: p.status.conditions)
     condition = pending.status.conditions[0]
     assert pending.status.phase == "Pending" and pending.spec.node_name is None
     assert (condition.type, condition.status, condition.reason) == ("PodScheduled", "False", "Unschedulable")
-    assert condition.message == "0/1 nodes are available: 1 Insufficient huawei.com/Ascend910."
+    assert condition.message.startswith("0/1 nodes are available: 1 Insufficient huawei.com/Ascend910."), \
+        condition.message  # kube-scheduler's own words
     fits = python_pod("fits", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "2"}}})
-    core.create_namespaced_pod("default", fits)
-    assert wait_for(pod_phase(core, "fits"), lambda p: p.status.phase == "Succeeded")
+    core.create_namespaced_pod(ns, fits)
+    assert wait_for(pod_phase(core, "fits", ns), lambda p: p.status.phase == "Succeeded")
 
 
-def test_deletion_terminates_the_process_group(runner, core, cluster_root: Path):
+def test_deletion_terminates_the_process_group(runner, core, ns, cluster_root: Path):
     code = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('term', flush=True), " \
            "sys.exit(0))); print('up', flush=True); time.sleep(600)"
-    core.create_namespaced_pod("default", python_pod("sleeper", code, terminationGracePeriodSeconds=30))
-    running = wait_for(pod_phase(core, "sleeper"), lambda p: p.status.phase == "Running")
+    core.create_namespaced_pod(ns, python_pod("sleeper", code, terminationGracePeriodSeconds=30))
+    running = wait_for(pod_phase(core, "sleeper", ns), lambda p: p.status.phase == "Running")
     pid = int(running.status.container_statuses[0].container_id.split("://")[1])
-    wait_for(lambda: read_logs(cluster_root, "default", "sleeper"), lambda text: "up" in text)
-    core.delete_namespaced_pod("sleeper", "default")
-    wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod("default").items], lambda names: not names)
+    wait_for(lambda: read_logs(cluster_root, ns, "sleeper"), lambda text: "up" in text)
+    core.delete_namespaced_pod("sleeper", ns)
+    wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod(ns).items], lambda names: not names)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert read_logs(cluster_root, "default", "sleeper").splitlines() == ["up", "term"]
+    assert read_logs(cluster_root, ns, "sleeper").splitlines() == ["up", "term"]
     assert sys.executable  # the pod ran with the venv's python first on PATH
 
 
@@ -204,7 +225,7 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
     bad.write_text(yaml.safe_dump({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "bad"},
                                    "spec": {"size": 0}}))
     for attempt in range(2):  # each start is fresh here; test_local_state.py covers starts that keep state
-        with LocalCluster(root, crds_dir=crds, fresh=True) as cluster:
+        with LocalCluster(root, fast_storage=True, crds_dir=crds, fresh=True) as cluster:
             assert cluster.kubeconfig.exists() and (root / ".ascend-local-cluster").exists()
             cli = ["--root", str(root)]
             assert main(cli + ["apply", "-f", str(manifest)]) == 0
@@ -216,7 +237,9 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
             assert main(cli + ["get", "wg"]) == 0
             lines = capsys.readouterr().out.splitlines()
             assert lines[0].split() == ["NAME", "PHASE", "SIZE", "AGE"] and lines[1].split()[:3] == ["big", "<none>", "12"]
-            core = client.CoreV1Api(cluster.runner._api_client)
+            configuration = client.Configuration()
+            config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+            core = client.CoreV1Api(client.ApiClient(configuration))
             wait_for(lambda: core.read_namespaced_pod("hello", "default"), lambda p: p.status.phase == "Succeeded")
             assert main(cli + ["logs", "hello"]) == 0 and capsys.readouterr().out == "hi\n"
             # A job's replica <job>-<index> names its newest attempt's pod (<job>-<index>-<attempt>).
