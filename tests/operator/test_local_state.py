@@ -1,5 +1,5 @@
 """The local cluster keeps its objects and files across restarts unless started --fresh, and a backgrounded
-`ascend-train local up` stops cleanly on SIGINT or `ascend-train local down`, saving its state."""
+`ascend-train local up` stops cleanly on SIGINT or `ascend-train local down` (etcd keeps its state)."""
 from __future__ import annotations
 
 import signal
@@ -22,14 +22,14 @@ CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kep
 
 def test_objects_and_claim_files_survive_a_restart_and_fresh_wipes_them(tmp_path):
     root = tmp_path / "cluster"
-    with LocalCluster(root, crds_dir=None) as cluster:
+    with LocalCluster(root, fast_storage=True, crds_dir=None) as cluster:
         resources = cluster.client()
         created, _ = resources.apply(CONFIG_MAP)
         resources.close()
         checkpoint = root / "pvc" / "default" / "workspace" / "latest_checkpointed_iteration.txt"
         checkpoint.parent.mkdir(parents=True)
         checkpoint.write_text("20")
-    with LocalCluster(root, crds_dir=None) as cluster:
+    with LocalCluster(root, fast_storage=True, crds_dir=None) as cluster:
         resources = cluster.client()
         kept = resources.get(resources.resolve("cm"), "kept", "default")
         obj, action = resources.apply({**CONFIG_MAP, "data": {"k": "w"}})
@@ -37,7 +37,7 @@ def test_objects_and_claim_files_survive_a_restart_and_fresh_wipes_them(tmp_path
     assert kept["metadata"]["uid"] == created["metadata"]["uid"] and kept["data"] == {"k": "v"}
     assert action == "configured" and int(obj["metadata"]["resourceVersion"]) > int(kept["metadata"]["resourceVersion"])
     assert checkpoint.read_text() == "20"
-    with LocalCluster(root, crds_dir=None, fresh=True) as cluster:
+    with LocalCluster(root, fast_storage=True, crds_dir=None, fresh=True) as cluster:
         resources = cluster.client()
         names = [o["metadata"]["name"] for o in resources.list(resources.resolve("cm"), "default")]
         resources.close()
@@ -63,7 +63,7 @@ def test_backgrounded_up_stops_on_sigint_and_on_local_down(tmp_path, capsys):
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=60)
     assert process.returncode == 0, out
-    assert "stopping the local cluster" in out and (root / "api-objects.json").exists()
+    assert "stopping the local cluster" in out and (root / "etcd" / "member").is_dir()  # etcd keeps the objects
     assert not (root / "local-up.pid").exists()
 
     process = _background_up(root)
