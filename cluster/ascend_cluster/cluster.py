@@ -26,6 +26,7 @@ from typing import IO, Any
 import yaml
 
 from .controlplane import ControlPlane, write_kubeconfig
+from .kueue import Kueue
 from .pod_environment import IpAllocator
 from .pod_network import PodNetwork, claim_network
 from .processes import free_port
@@ -63,9 +64,11 @@ def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]]
 class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
                  operator: bool = False, capacity: dict[str, int] | None = None, fresh: bool = False,
-                 nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S, fast_storage: bool = False, say=print):
+                 nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S, fast_storage: bool = False, say=print,
+                 kueue: bool = False):
         """``capacity``: device counts each node offers; ``node_grace_s``: how long a silent node stays Ready and
-        keeps its pods; ``fast_storage``: etcd without fsync (tests)."""
+        keeps its pods; ``fast_storage``: etcd without fsync (tests); ``kueue``: run Kueue's manager too
+        (``ascend_cluster.kueue``), with AscendTrainJob as an external framework."""
         self.root = Path(root).resolve()
         self.fresh = fresh
         self.crds_dir = Path(crds_dir) if crds_dir else None
@@ -79,6 +82,7 @@ class LocalCluster:
         self._network: tuple[PodNetwork, IpAllocator] | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self._operator_log: IO[bytes] | None = None
+        self.kueue = Kueue(self.control_plane, say=say) if kueue else None
 
     @property
     def kubeconfig(self) -> Path:
@@ -108,6 +112,8 @@ class LocalCluster:
         try:
             self.control_plane.start()
             self.install_crds()
+            if self.kueue is not None:
+                self.kueue.start()
             with self.client() as resources:
                 resources.apply(STORAGE_CLASS)
             self.provisioner = Provisioner(self.kubeconfig, self.root).start()
@@ -186,6 +192,8 @@ class LocalCluster:
         if self._network is not None:
             self._network[0].close()
             self._network = None
+        if self.kueue is not None:
+            self.kueue.stop()
         self.control_plane.stop()
 
     # -- nodes ----------------------------------------------------------------------------------

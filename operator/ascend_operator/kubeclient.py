@@ -31,6 +31,8 @@ _CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"
 _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
 
 MERGE_PATCH = "application/merge-patch+json"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API = f"/apis/{KUEUE_GROUP}/v1beta2"
 # How often the kubeconfig's credentials are checked for expiry. The client checks before every request, and
 # its check sets the whole configuration again (the proxy from the environment included): a third of the
 # operator's CPU under a burst of creates. Tokens are refreshed five minutes before they expire anyway.
@@ -290,6 +292,52 @@ class Kube:
             patch["metadata"] = {"resourceVersion": resource_version}
         return _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name) + "/status", patch),
                          retry_conflict=resource_version is None)
+
+    # -- Kueue (handlers/kueue.py: the operator is the controller of its kinds' Workloads) -----------------------
+
+    @uses(KUEUE_GROUP, "workloads", "create")
+    def create_workload(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The Workload created, or None when one of that name exists (409)."""
+        try:
+            return _retrying(lambda: self._json("POST", f"{KUEUE_API}/namespaces/{quote(namespace)}/workloads", body),
+                             retry_conflict=False)
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+
+    @uses(KUEUE_GROUP, "workloads", "get")
+    def get_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(f"{KUEUE_API}/namespaces/{quote(namespace)}/workloads/{quote(name)}")
+
+    @uses(KUEUE_GROUP, "workloads", "patch")
+    def patch_workload(self, namespace: str, name: str, patch: dict[str, Any], status: bool = False) -> dict[str, Any]:
+        """A merge patch of a Workload (its finalizers, its spec) or, with ``status``, of its status. A patch that
+        names ``metadata.resourceVersion`` is refused with 409 when the Workload moved on (not retried: it was
+        decided on what the Workload said then)."""
+        path = f"{KUEUE_API}/namespaces/{quote(namespace)}/workloads/{quote(name)}" + ("/status" if status else "")
+        return _retrying(lambda: self._merge_patch(path, patch),
+                         retry_conflict="resourceVersion" not in patch.get("metadata", {}))
+
+    @uses(KUEUE_GROUP, "workloads/status", "patch")
+    def patch_workload_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.patch_workload(namespace, name, patch, status=True)
+
+    @uses(KUEUE_GROUP, "resourceflavors", "get")
+    def get_resource_flavor(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"{KUEUE_API}/resourceflavors/{quote(name)}")
+
+    @uses(KUEUE_GROUP, "workloadpriorityclasses", "get")
+    def get_workload_priority_class(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"{KUEUE_API}/workloadpriorityclasses/{quote(name)}")
+
+    @uses("scheduling.k8s.io", "priorityclasses", "get")
+    def get_priority_class(self, name: str) -> dict[str, Any] | None:
+        return self._get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{quote(name)}")
+
+    @uses("scheduling.k8s.io", "priorityclasses", "list")
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        return self._list_all("/apis/scheduling.k8s.io/v1/priorityclasses", {})
 
     @cached_property
     def _events(self) -> EventCorrelator:

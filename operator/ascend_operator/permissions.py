@@ -41,6 +41,8 @@ uses("", "namespaces", "list", "watch")
 uses("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
 # The operator watches its pods (kopf.on.event on pods).
 uses("", "pods", "list", "watch")
+# Kueue (handlers/kueue.py): the Workload informer lists and watches Workloads.
+uses("kueue.x-k8s.io", "workloads", "list", "watch")
 
 
 # Leader election (leader_election.py): the Lease in the operator's own namespace only, so the chart grants it

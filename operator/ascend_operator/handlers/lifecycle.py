@@ -176,6 +176,7 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     infra_fault.avoid_nodes(objects, avoided)
     kopf.adopt(objects, owner=obj)
     kueue.keep_off_children(objects)
+    kueue.apply_admission(job.kind.kind, obj, objects)
 
     def create(o: dict[str, Any]) -> str | None:
         try:
@@ -246,15 +247,18 @@ def _announce_avoided(obj: dict[str, Any], before: dict[str, Any], after: dict[s
                                      "restart is not counted against runPolicy.backoffLimit", warning=True)
 
 
-def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str) -> dict[str, Any]:
+def _suspend(key: JobKey, pods: JobPods, status: dict[str, Any], at: str, why: str | None = None) -> dict[str, Any]:
     """Delete the current attempt's pods (resuming creates them again under the same names) and any still running
-    of an older one; the older attempts' finished pods stay, with their logs."""
+    of an older one; the older attempts' finished pods stay, with their logs. ``why``: the condition's message
+    when Kueue suspended it."""
     attempt = attempts.current(status)
     deleted = _delete_pods(key, [p for p in pods.live() if attempts.of(p) == attempt] +
                            [p for p in attempts.stopping(pods.live()) if attempts.of(p) != attempt])
     if status.get("phase") == "Suspended":
         return status
     message = f"runPolicy.suspend is true: {deleted} pod(s) deleted; clearing it recreates them"
+    if why:
+        message = f"{why} ({deleted} pod(s) deleted)" if deleted else why
     conditions = set_condition(status.get("conditions", []), "Suspended", "True", "Suspended", message, at)
     conditions = set_condition(conditions, "Running", "False", "Suspended", message, at)
     conditions = set_condition(conditions, "Created", "False", "Suspended", "pods deleted while suspended", at)
@@ -303,6 +307,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     previous = obj.get("status") or {}
     at = now()
     if previous.get("phase") in TERMINAL:
+        kueue.finished(job.kind.kind, obj, previous)
         policy = _policy(job, obj)
         # Pods a finished job still has (its status was written by someone else) go as its cleanPodPolicy says,
         # and the job is no longer swept unless its TTL is due.
@@ -315,13 +320,16 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             forget(job, namespace, name)
         return
     spec = parse_spec(job.spec_model, job.kind.kind, namespace, name, obj["spec"], obj)
-    if spec is None or kueue.suspend_until_admitted(job.kind.kind, obj, spec.runPolicy.suspend):
+    if spec is None:
         return
     pods = _pods(job, namespace, name)
+    if kueue.gate(job.kind.kind, obj, spec.runPolicy.suspend, lambda: job.render(name, namespace, spec), pods):
+        return
     policy: RunPolicy = spec.runPolicy
     status = dict(previous)
     if policy.suspend:
-        status = _suspend((job.kind.kind, namespace, name), pods, status, at)
+        status = _suspend((job.kind.kind, namespace, name), pods, status, at,
+                          kueue.suspend_message(job.kind.kind, obj))
     else:
         if status.get("phase") == "Suspended":
             conditions = set_condition(status["conditions"], "Suspended", "False", "Resumed",
@@ -345,6 +353,8 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             why = max(status.get("conditions") or [{}],
                       key=lambda c: (c.get("lastTransitionTime") or "", c.get("type") == status["phase"]))
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
+        if status["phase"] in TERMINAL:
+            kueue.finished(job.kind.kind, obj, status)
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
                                                 policy.ttlSecondsAfterFinished is not None)
@@ -452,6 +462,11 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
 def forget(job: JobKind, namespace: str, name: str) -> None:
     _KNOWN.pop((job.kind.kind, namespace, name), None)
     _KEPT.pop((job.kind.kind, namespace, name), None)
+    try:
+        kueue.release(job.kind.kind, namespace, name)
+    except Exception as e:  # noqa: BLE001 - the Workload's own events bring the job's key back
+        logger.warning("%s %s/%s is gone; its Workloads keep Kueue's finalizer for now: %s", job.kind.kind,
+                       namespace, name, e)
     JOBS.forget((job.kind.kind, namespace, name))
     PODS.forget((job.kind.kind, namespace, name))
     create_errors.reset((job.kind.kind, namespace, name))  # a recreated job starts without backoff
@@ -485,6 +500,7 @@ def start_workers(count: int = RECONCILE_WORKERS) -> None:
         for job in _KINDS.values():
             _informers.append(JobInformer(kube(), job.kind, WATCHED_NAMESPACES,
                                           lambda type, obj, job=job: _job_seen(job, type, obj)).start())
+        _informers.append(kueue.start(kube(), list(_KINDS), WATCHED_NAMESPACES, lambda key: QUEUE.add(key)))
         _workers.append(Workers(QUEUE, _process, count).start())
 
 
