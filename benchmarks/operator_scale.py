@@ -1,9 +1,18 @@
-"""How the operator copes with many jobs, and with one very large job, against the loopback API server.
+"""How the operator copes with many jobs, and with one very large job, against a real control plane.
 
-``jobs`` mode (default N = 100 and 500): a fresh API server, the operator as its own process, N two-pod
-AscendTrainJobs created at once from 8 client threads (in a process of their own, as a real server's users are).
-Prints p50/p95 of apply -> all of the job's pods created, the time until every job has a status (reconciled),
-and the operator's resident memory (now and peak).
+Each measurement starts a fresh control plane (``ascend_cluster.controlplane``: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler, etcd without fsync) in a temporary folder, installs the CRDs and runs the
+operator as its own process (``ascend_operator.main run -A --standalone``) with the credentials its Helm chart
+gives it: a token of its ServiceAccount, bound to the chart's rules (``ascend_cluster.cluster.operator_rbac``), so
+every request of the operator is authorized by kube-apiserver's RBAC. The operator's requests are counted from
+kube-apiserver's own audit log, whose policy records the operator's user alone (at Metadata level): a watch counts
+once, when it starts, every other request when it is answered. This script's own requests go as the cluster's
+admin and are not counted. The first line says which kube-apiserver the run measured.
+
+``jobs`` mode (default N = 100 and 500): N two-pod AscendTrainJobs created at once from 8 client threads (in a
+process of their own, as a real server's users are). Prints p50/p95 of apply -> all of the job's pods created, the
+time until every job has a status (reconciled), the operator's resident memory (now and peak), and the CPU of the
+operator, kube-apiserver, etcd and the clients a job.
 
 ``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in three phases:
 
@@ -15,8 +24,10 @@ and the operator's resident memory (now and peak).
 
 For each phase: the operator's CPU seconds (user + system from /proc, not wall time: the machine is shared),
 its peak RSS, its API requests by verb, and the time until it goes quiet (no request for QUIET_S; the quiet
-period itself is not counted). There is no pod runner: only the operator's own work and the API server's are
-measured. Progress is followed through one watch on pods, never by listing them.
+period itself is not counted). There are no nodes and no pod runner: the jobs name a scheduler that does not run
+(``schedulerName``), so kube-scheduler leaves their pods alone and they stay unbound, as a cluster's pods wait for
+Volcano; only the operator's own work and the API server's are measured. Progress is followed through one watch
+on pods, never by listing them.
 
     .venv/bin/python benchmarks/operator_scale.py jobs [N ...]
     .venv/bin/python benchmarks/operator_scale.py large [NODES ...]
@@ -24,6 +35,8 @@ measured. Progress is followed through one watch on pods, never by listing them.
 from __future__ import annotations
 
 import argparse
+import datetime
+import functools
 import http.client
 import json
 import multiprocessing
@@ -41,58 +54,119 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import yaml
+from ascend_cluster.cluster import OPERATOR_ACCOUNT, OPERATOR_TOKEN_S, operator_rbac
+from ascend_cluster.controlplane import ControlPlane, write_kubeconfig
+from ascend_cluster.resource_client import ResourceClient
+from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
 from kubernetes import client, config
-
-from ascend_operator.local import apiserver
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "ascendtrain.dev", "v1alpha1", "ascendtrainjobs"
 JOB_LABEL, KIND_LABEL = "ascendtrain.dev/job-name", "ascendtrain.dev/job-kind"
-AGENT = "operator-scale-benchmark"
+OPERATOR_USER = "system:serviceaccount:{}:{}".format(*OPERATOR_ACCOUNT)
+SCHEDULER = "operator-scale-benchmark"  # no such scheduler runs: the pods stay unbound, kube-scheduler ignores them
 QUIET_S = 1.0
+POLL_S = 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The audit log's times are wall-clock; the benchmark's are monotonic.
+WALL_TO_MONOTONIC = time.time() - time.monotonic()
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "users": [OPERATOR_USER]}, {"level": "None"}]}
+_announced = False
 
 
-class CountingApi(apiserver.LocalKubernetesApi):
-    """The emulated API server, counting the operator's requests by verb (the benchmark's own are not counted)."""
+def _monotonic(timestamp: str) -> float:
+    return datetime.datetime.fromisoformat(timestamp).timestamp() - WALL_TO_MONOTONIC
 
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
+
+class AuditTally:
+    """The operator's API requests by verb, from kube-apiserver's audit log as it is written (its policy records
+    the operator's user alone): a watch counts at its ResponseStarted stage, every other request at its
+    ResponseComplete. ``last_request``: when the latest non-watch request arrived; ``last_answered``: when the
+    latest was answered; ``read_at``: when this reader last found the end of the log (all before it is counted)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.verbs: Counter[str] = Counter()
-        self.last_request = time.monotonic()
+        self.last_request = self.last_answered = self.read_at = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tail, daemon=True)
+        self._thread.start()
 
-    async def __call__(self, raw):  # type: ignore[override]
-        if raw.headers.get("User-Agent") != AGENT:
-            target = apiserver.parse_target(raw.path)
-            method = raw.method.upper()
-            if method == "GET":
-                verb = "watch" if raw.query.get("watch") in ("true", "1") else \
-                    "get" if target is not None and target.name else "list"
-            else:
-                verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method)
-            self.verbs[verb] += 1
-            if verb != "watch":
-                self.last_request = time.monotonic()
-        return await super().__call__(raw)
+    def _count(self, event: dict) -> None:
+        verb, stage = event.get("verb"), event.get("stage")
+        if verb == "watch":
+            if stage == "ResponseStarted":
+                with self._lock:
+                    self.verbs[verb] += 1
+        elif stage == "ResponseComplete":
+            with self._lock:
+                self.verbs[verb] += 1
+            self.last_request = max(self.last_request, _monotonic(event["requestReceivedTimestamp"]))
+            self.last_answered = max(self.last_answered, _monotonic(event["stageTimestamp"]))
+
+    def _tail(self) -> None:
+        handle, pending = None, b""
+        while not self._stop.is_set():
+            if handle is None:
+                try:
+                    handle = open(self.path, "rb")
+                except FileNotFoundError:
+                    self._stop.wait(POLL_S)
+                    continue
+            at = time.monotonic()
+            chunk = handle.read()
+            if chunk:
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._count(json.loads(line))
+                continue
+            try:  # kube-apiserver rotates its audit log (100 MB): the rest is in a new file
+                rotated = os.stat(self.path).st_ino != os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                rotated = False
+            if rotated:
+                handle.close()
+                handle, pending = None, b""
+                continue
+            self.read_at = at
+            self._stop.wait(POLL_S)
+        if handle is not None:
+            handle.close()
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.verbs)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class PodTally:
     """Pods by job from one watch stream (uid and phase per pod name), with a condition to wait on."""
 
-    def __init__(self, url: str, namespace: str = "default") -> None:
+    def __init__(self, plane: ControlPlane, namespace: str = "default") -> None:
         self.pods: dict[str, dict[str, tuple[str, bool]]] = {}  # job -> pod name -> (uid, ready)
         self.cond = threading.Condition()
-        parsed = urlparse(url)
-        self._conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=3600)
-        query = urlencode({"watch": "true", "labelSelector": KIND_LABEL})
-        self._conn.request("GET", f"/api/v1/namespaces/{namespace}/pods?{query}", headers={"User-Agent": AGENT})
+        parsed = urlparse(plane.server)
+        self._conn = http.client.HTTPSConnection(parsed.hostname, parsed.port, timeout=3600,
+                                                 context=plane._admin_tls())
+        query = urlencode({"watch": "true", "labelSelector": KIND_LABEL, "timeoutSeconds": 24 * 3600})
+        self._conn.request("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
         self._response = self._conn.getresponse()
+        if self._response.status != 200:
+            raise RuntimeError(f"pod watch: {self._response.status} {self._response.read()[:500]!r}")
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         try:
             for line in self._response:
                 event = json.loads(line)
+                if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue  # BOOKMARK, or ERROR (a Status)
                 pod = event["object"]
                 meta = pod["metadata"]
                 job = meta["labels"][JOB_LABEL]
@@ -122,50 +196,84 @@ class PodTally:
 
 
 def _api_client(kubeconfig: str) -> client.ApiClient:
-    """The benchmark's own client (its requests are not counted as the operator's: AGENT)."""
+    """The benchmark's own client, as the cluster's admin (not the operator's user: not counted)."""
     conf = client.Configuration()
     config.load_kube_config(kubeconfig, client_configuration=conf)
     conf.connection_pool_maxsize = 16
-    api = client.ApiClient(conf)
-    api.user_agent = AGENT
-    return api
+    return client.ApiClient(conf)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
 class Operator:
-    """The operator as its own process against a fresh counting API server."""
+    """The operator as its own process against a fresh control plane whose audit log records its requests."""
 
     def __init__(self, tmp: Path) -> None:
-        apiserver.LocalKubernetesApi, original = CountingApi, apiserver.LocalKubernetesApi
-        try:
-            self.server = apiserver.LocalApiServer().start()
-        finally:
-            apiserver.LocalKubernetesApi = original
-        kubeconfig = self.server.write_kubeconfig(tmp / "kubeconfig")
-        self.api = _api_client(str(kubeconfig))
-        ext = client.ApiextensionsV1Api(self.api)
-        for path in sorted((ROOT / "crds").glob("*.yaml")):
-            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        self.custom, self.core = client.CustomObjectsApi(self.api), client.CoreV1Api(self.api)
-        self.tally = PodTally(self.server.url)
-        env = dict(os.environ, KUBECONFIG=str(kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
-                   ASCEND_OPERATOR_DASHBOARD_PORT="0")
+        global _announced
+        (tmp / "cluster").mkdir()
+        self.plane = ControlPlane(tmp / "cluster", fast_storage=True, audit_policy=AUDIT_POLICY,
+                                  say=functools.partial(print, file=sys.stderr)).start()
+        self.tally: PodTally | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._log = open(tmp / "operator.log", "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "ascend_operator.main", "run", "-A", "--standalone"],
-                                        env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120  # the operator starts: its watches open, then it goes quiet
-        while self.counting.verbs["watch"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.until_quiet(time.monotonic())
+        try:
+            if not _announced:
+                version = self.plane.request("/version")
+                print(f"kube-apiserver {version['gitVersion']} ({version['goVersion']}, {version['platform']}), "
+                      f"etcd without fsync", flush=True)
+                _announced = True
+            self.kubeconfig = str(self.plane.kubeconfig)
+            self.counting = AuditTally(self.plane.audit_log)
+            with ResourceClient(self.kubeconfig) as resources:
+                names = []
+                for path in sorted((ROOT / "crds").glob("*.yaml")):
+                    for doc in yaml.safe_load_all(path.read_text()):
+                        if doc and doc.get("kind") == "CustomResourceDefinition":
+                            resources.apply(doc)
+                            names.append(doc["metadata"]["name"])
+                resources.wait_established(names)
+                operator_kubeconfig = self._operator_kubeconfig(resources, tmp)
+            self.api = _api_client(self.kubeconfig)
+            self.custom, self.core = client.CustomObjectsApi(self.api), client.CoreV1Api(self.api)
+            self.tally = PodTally(self.plane)
+            env = dict(os.environ, KUBECONFIG=str(operator_kubeconfig), ASCEND_OPERATOR_METRICS_PORT="0",
+                       ASCEND_OPERATOR_DASHBOARD_PORT="0")
+            self.process = subprocess.Popen([sys.executable, "-m", "ascend_operator.main", "run", "-A",
+                                             "--standalone"], env=env, stdout=self._log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 120  # the operator starts: its watches open, then it goes quiet
+            while self.counting.verbs["watch"] < 4 and time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the operator exited with {self.process.returncode}; see {tmp}/operator.log")
+                time.sleep(0.2)
+            self.until_quiet(time.monotonic())
+        except BaseException:
+            self.close()
+            raise
 
-    @property
-    def counting(self) -> CountingApi:
-        return self.server.api  # type: ignore[return-value]
+    def _operator_kubeconfig(self, resources: ResourceClient, tmp: Path) -> Path:
+        """A token of the operator's ServiceAccount, bound to the Helm chart's rules (as ``LocalCluster`` does)."""
+        namespace, name = OPERATOR_ACCOUNT
+        for obj in operator_rbac(namespace, name, rules(), LEADER_ELECTION_RULES):
+            resources.apply(obj)
+        token = resources.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                  {"spec": {"expirationSeconds": OPERATOR_TOKEN_S}})["status"]["token"]
+        return write_kubeconfig(tmp / "operator-kubeconfig", self.plane.server, self.plane.pki.ca.cert,
+                                OPERATOR_USER, token, namespace)
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+        assert self.process is not None
+        return _cpu_s(self.process.pid)
+
+    def server_cpu_s(self) -> tuple[float, float]:
+        """CPU seconds of kube-apiserver and of etcd so far."""
+        pids = {c.name: c.process.pid for c in self.plane.components if c.process is not None}
+        return _cpu_s(pids["kube-apiserver"]), _cpu_s(pids["etcd"])
 
     def rss_mib(self) -> tuple[float, float]:
+        assert self.process is not None
         status = Path(f"/proc/{self.process.pid}/status").read_text().splitlines()
         fields = dict(line.split(":", 1) for line in status if ":" in line)
         return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
@@ -177,21 +285,27 @@ class Operator:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, name).get("status") or {}
 
     def until_quiet(self, since: float, timeout: float = 900) -> float:
-        """Seconds from ``since`` to the operator's last request before QUIET_S without one."""
+        """Seconds from ``since`` to the operator's last request before QUIET_S without one (counted from when the
+        latest request was answered to where the audit log has been read)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            idle = time.monotonic() - self.counting.last_request
+            counting = self.counting
+            idle = counting.read_at - counting.last_answered
             if idle >= QUIET_S:
-                return max(0.0, self.counting.last_request - since)
-            time.sleep(QUIET_S - idle + 0.05)
+                return max(0.0, counting.last_request - since)
+            time.sleep(max(0.0, QUIET_S - idle) + 0.05)
         return float("inf")
 
     def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
         self._log.close()
-        self.tally.close()
-        self.server.stop()
+        if self.tally is not None:
+            self.tally.close()
+        self.plane.stop()
+        if hasattr(self, "counting"):
+            self.counting.close()
 
 
 class Phase:
@@ -199,10 +313,10 @@ class Phase:
 
     def __init__(self, op: Operator, name: str) -> None:
         self.op, self.name = op, name
-        self.cpu0, self.verbs0, self.start = op.cpu_s(), Counter(op.counting.verbs), time.monotonic()
+        self.cpu0, self.verbs0, self.start = op.cpu_s(), op.counting.snapshot(), time.monotonic()
 
     def report(self, quiet_s: float, extra: str = "") -> None:
-        verbs = Counter(self.op.counting.verbs)
+        verbs = self.op.counting.snapshot()
         verbs.subtract(self.verbs0)
         requests = " ".join(f"{v}={n}" for v, n in sorted(verbs.items()) if n)
         _, peak = self.op.rss_mib()
@@ -210,10 +324,16 @@ class Phase:
               f"peak RSS {peak:4.0f} MiB   requests {requests}{extra}", flush=True)
 
 
+def _done(response) -> None:
+    """Read a raw (not deserialized) answer, so that its connection goes back to the pool."""
+    response.data  # noqa: B018 - reads the body
+    response.release_conn()
+
+
 def _kubelet(op: Operator, pods: list[str], status: dict) -> None:
     """Write one status to every pod, 8 at a time, as the nodes' kubelets would."""
     def write(name: str) -> None:
-        op.core.patch_namespaced_pod_status(name, "default", {"status": status}, _preload_content=False)
+        _done(op.core.patch_namespaced_pod_status(name, "default", {"status": status}, _preload_content=False))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(write, pods))
 
@@ -260,7 +380,7 @@ def _start_up(op: Operator, name: str) -> None:
 def _gang_restart(op: Operator, name: str, nodes: int) -> None:
     phase = Phase(op, "gang restart")
     old = {uid for uid, _ in op.tally.pods[name].values()}
-    op.core.delete_namespaced_pod(f"{name}-1-0", "default", _preload_content=False)  # attempt 0
+    _done(op.core.delete_namespaced_pod(f"{name}-1-0", "default", _preload_content=False))  # attempt 0
     op.apply("small", 2)
     small = op.tally.wait(lambda pods: len(pods.get("small", {})) == 2, 600)
     renewed = op.tally.wait(lambda pods: len(pods.get(name, {})) == nodes and not
@@ -274,6 +394,7 @@ def _gang_restart(op: Operator, name: str, nodes: int) -> None:
 def _job_body(name: str, nnodes: int) -> dict:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AscendTrainJob", "metadata": {"name": name},
             "spec": {"image": "engine:bench", "nnodes": nnodes, "runPolicy": {"backoffLimit": 10},
+                     "schedulerName": SCHEDULER,
                      "train": {"training": {"globalBatchSize": nnodes}}}}
 
 
@@ -301,13 +422,12 @@ def jobs(n: int, nnodes: int = 2) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         op = Operator(Path(tmp))
         try:
-            spawn = multiprocessing.get_context("spawn")  # no fork of a process with a server thread
+            spawn = multiprocessing.get_context("spawn")  # no fork of a process with threads
             go, (results, sender) = spawn.Event(), spawn.Pipe(duplex=False)
-            clients = spawn.Process(target=_apply_clients, args=(str(Path(tmp) / "kubeconfig"), n, nnodes, go,
-                                                                 sender))
+            clients = spawn.Process(target=_apply_clients, args=(op.kubeconfig, n, nnodes, go, sender))
             clients.start()
             phase = Phase(op, f"{n} jobs")
-            server_cpu0 = time.process_time()  # this process: the API server and the pod watch
+            server_cpu0 = op.server_cpu_s()
             go.set()
             applied, start, apply_s, clients_cpu = results.recv()
             clients.join()
@@ -329,16 +449,18 @@ def jobs(n: int, nnodes: int = 2) -> None:
                 time.sleep(1)
             latencies = sorted(all_pods[j] - applied[j] for j in all_pods)
             rss, peak = op.rss_mib()
-            cpu, server_cpu = op.cpu_s() - phase.cpu0, time.process_time() - server_cpu0
-            verbs = Counter(op.counting.verbs)
+            cpu = op.cpu_s() - phase.cpu0
+            apiserver_cpu, etcd_cpu = (now - before for now, before in zip(op.server_cpu_s(), server_cpu0))
+            verbs = op.counting.snapshot()
             verbs.subtract(phase.verbs0)
             p95 = latencies[int(0.95 * (len(latencies) - 1))] if latencies else float("nan")
             print(f"N={n:4d} jobs ({n * nnodes} pods): applied in {apply_s:.1f}s; "
                   f"apply -> all pods created p50 {statistics.median(latencies):.2f}s p95 {p95:.2f}s "
                   f"({len(latencies)}/{n} jobs); all reconciled after "
                   f"{(reconciled_at or float('nan')) - start:.1f}s; operator RSS {rss:.0f} MiB (peak {peak:.0f} MiB), "
-                  f"CPU {cpu:.1f} s ({1000 * cpu / n:.1f} ms a job; API server {1000 * server_cpu / n:.1f} ms a "
-                  f"job, clients {1000 * clients_cpu / n:.1f} ms a job); operator requests a job "
+                  f"CPU {cpu:.1f} s ({1000 * cpu / n:.1f} ms a job; API server {1000 * apiserver_cpu / n:.1f} ms a "
+                  f"job, etcd {1000 * etcd_cpu / n:.1f} ms a job, clients {1000 * clients_cpu / n:.1f} ms a job); "
+                  f"operator requests a job "
                   + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c), flush=True)
         finally:
             op.close()
@@ -352,7 +474,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("sizes", nargs="*", type=int,
                         help="jobs mode: how many 2-node jobs to apply at once (default 100 500); "
                              "large mode: nodes of the one job (default 64 256 512 1024)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.mode == "jobs":
         for n in args.sizes or [100, 500]:
             jobs(n)

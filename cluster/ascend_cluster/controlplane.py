@@ -6,7 +6,10 @@ Everything lives under ``root``: ``pki/`` (the CA, serving and client certificat
 kubeconfigs (``kubeconfig`` is the admin's). ``fast_storage`` runs etcd with ``--unsafe-no-fsync`` (tests: what
 a crash of the machine could lose does not matter there). ``node_grace_s`` is kube-controller-manager's
 ``--node-monitor-grace-period`` and the default tolerations' seconds for unreachable and not-ready nodes (the
-DefaultTolerationSeconds admission plugin's flags): how long a silent node keeps its pods.
+DefaultTolerationSeconds admission plugin's flags): how long a silent node keeps its pods. ``audit_policy``, an
+audit ``Policy`` (``audit.k8s.io/v1``) as a dict, turns kube-apiserver's audit log on: the policy is written to
+``audit-policy.yaml`` and the events, one JSON object a line, to ``logs/audit.log`` (``audit_log``) in blocking
+mode, so an event is in the file before its request is answered (a reader can count requests as they happen).
 
 Controllers that cannot work on one host are switched off, and nothing else: the endpoint controllers (pod IPs are
 loopback addresses, which Endpoints and EndpointSlices refuse), and the cloud and IPAM ones.
@@ -55,10 +58,12 @@ def write_kubeconfig(path: Path, server: str, ca: Path, user: str, credentials: 
 
 
 class ControlPlane:
-    def __init__(self, root: str | Path, node_grace_s: float = 40.0, fast_storage: bool = False, say=print):
+    def __init__(self, root: str | Path, node_grace_s: float = 40.0, fast_storage: bool = False, say=print,
+                 audit_policy: dict[str, Any] | None = None):
         self.root = Path(root).resolve()
         self.node_grace_s = node_grace_s
         self.fast_storage = fast_storage
+        self.audit_policy = audit_policy
         self.say = say
         self.bin = Path()
         self.port = 0
@@ -77,12 +82,18 @@ class ControlPlane:
     def kubeconfig(self) -> Path:
         return self.root / "kubeconfig"
 
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit events (written only with an ``audit_policy``)."""
+        return self.root / "logs" / "audit.log"
+
     def binary(self, name: str) -> str:
         return str(self.bin / name)
 
     # -- start and stop --------------------------------------------------------------------------
 
     def start(self) -> ControlPlane:
+        self.root.mkdir(parents=True, exist_ok=True)
         self.bin = build.binaries(build.KUBERNETES, say=self.say)
         started = time.monotonic()
         try:
@@ -141,6 +152,12 @@ class ControlPlane:
                                         ("system:masters",))
         accounts = self.pki.signing_key()
         grace = str(max(1, round(self.node_grace_s)))
+        audit: list[str] = []
+        if self.audit_policy is not None:
+            policy = self.root / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump(self.audit_policy, sort_keys=False))
+            audit = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                     "--audit-log-mode=blocking"]
         self._run("kube-apiserver", [
             self.binary("kube-apiserver"), f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
@@ -154,6 +171,7 @@ class ControlPlane:
             f"--kubelet-certificate-authority={self.pki.ca.cert}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--default-not-ready-toleration-seconds={grace}", f"--default-unreachable-toleration-seconds={grace}",
+            *audit,
         ])
 
     def _component_kubeconfig(self, name: str, user: str) -> Path:
