@@ -89,11 +89,8 @@ def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
         add(("kind",), f'unknown kind "{kind}" in {GROUP}' + (f' (did you mean "{close[0]}"?)' if close else ""))
         return problems
     body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
-    unknown = _unknown_fields(body, schemas[kind], ())
-    for path, message in unknown:
+    for path, message in _unknown_fields(body, schemas[kind], ()):
         add(path, message)
-    if unknown:
-        return problems  # the model would repeat them as "extra inputs are not permitted"
     if not isinstance(doc.get("spec"), dict):
         add(("spec",), "Required value: an object")
         return problems
@@ -101,7 +98,8 @@ def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
         RESOURCES[kind].spec.model_validate(doc["spec"])
     except ValidationError as exc:
         for error in exc.errors():
-            add(("spec",) + tuple(error["loc"]), error["msg"])
+            if error["type"] != "extra_forbidden":  # reported above, with the nearest known name
+                add(("spec",) + tuple(error["loc"]), error["msg"].removeprefix("Value error, "))
     return problems
 
 

@@ -76,6 +76,8 @@ def test_pipeline_example_validates_against_the_models():
     from ascend_operator.handlers.dependencies import refs
 
     docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml").read_text()))
+    assert docs[0]["kind"] == "PersistentVolumeClaim"  # the workspace every stage mounts
+    docs = docs[1:]
     specs = {d["metadata"]["name"]: RESOURCES[d["kind"]].spec.model_validate(d["spec"]) for d in docs}
     assert [d["kind"] for d in docs] == ["DatasetPrep", "CheckpointConvert", "AscendTrainJob", "CheckpointConvert"]
     named = {name: [(r.kind.kind, r.name) for r in refs(spec)] for name, spec in specs.items()}

@@ -1,4 +1,4 @@
-"""`ascend-train validate` / `apply --dry-run` check a manifest offline with the CRD schemas, CEL rules and the
+"""`ascend-train validate` / `apply --dry-run` check a manifest offline with the generated CRD's fields and the
 spec models: every problem at once, as file:line: field, typos with the nearest field; a bad value given by an
 engine flag is blamed on the flag, not on the config file's line."""
 from __future__ import annotations
@@ -24,8 +24,6 @@ def test_every_problem_is_reported_with_file_line_field_and_a_suggestion(tmp_pat
     text = (EXAMPLES / "quickstart.yaml").read_text()
     text = text.replace("tensorModelParallelSize: 2", "tensorModelParalelSize: 2")
     text = text.replace("numLayers: 2", "numLayers: two").replace("microBatchSize: 2", "microBatchSize: 0")
-    text = text.replace("nnodes: 2", "nnodes: 2\n  nprocPerNode: 3")  # a CEL rule: TP must divide the world
-    text = text.replace("  nprocPerNode: 1\n", "")
     text = text.replace("tensorModelParalelSize: 2", "tensorModelParalelSize: 2\n      pipelineModelParallelSize: 4")
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -37,15 +35,19 @@ def test_every_problem_is_reported_with_file_line_field_and_a_suggestion(tmp_pat
                for e in err)
     assert any(e.startswith(f'{path}:{lines_of(text, "microBatchSize")}: spec.train.training.microBatchSize: ')
                for e in err)
-    assert any(e.startswith(f'{path}:{lines_of(text, "nnodes")}: spec.nnodes: ') and "must be divisible by" in e
-               for e in err), err  # the CRD's CEL rule, evaluated offline
-    assert err[-1] == f"{path}: 4 problem(s)" and len(err) == 5
+    assert err[-1] == f"{path}: 3 problem(s)" and len(err) == 4, err
+    # A rule across fields (the model's, also the CRD's CEL rule) once the fields themselves are right
+    layout = (EXAMPLES / "quickstart.yaml").read_text().replace("nnodes: 2", "nnodes: 2\n  nprocPerNode: 3")
+    path.write_text(layout.replace("  nprocPerNode: 1\n", ""))
+    assert main(["validate", "-f", str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert "must be a multiple of microBatchSize x data-parallel size = 2 x 3" in err[0] and len(err) == 2, err
 
 
 def test_apply_dry_run_needs_no_cluster_and_accepts_the_examples(tmp_path, capsys):
     assert main(["--root", str(tmp_path / "none"), "apply", "--dry-run", "-f", str(EXAMPLES / "pipeline.yaml")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "ascendtrainjob/sft valid (dry run)" in out and len(out) == 4
+    assert "ascendtrainjob/sft valid (dry run)" in out and len(out) == 5  # the workspace claim and 4 of ours
     assert not (tmp_path / "none").exists()
 
 
