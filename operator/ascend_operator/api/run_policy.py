@@ -61,7 +61,8 @@ class RunPolicy(KubeModel):
     holding devices) or None (keep every pod for inspection)."""
     suspend: bool = False
     """Remove the pods and keep the job (phase Suspended); setting it back to false recreates them and
-    training resumes from its checkpoint. Kueue admits jobs by flipping this field."""
+    training resumes from its checkpoint. A job queued in Kueue (label kueue.x-k8s.io/queue-name) stays suspended
+    until its Workload is admitted; the operator then clears it, and sets it again when Kueue evicts the job."""
 
     def is_retryable(self, exit_code: int | None) -> bool:
         """Signals (128+) and listed codes restart the gang; an unknown code (pod evicted, node lost) too."""
