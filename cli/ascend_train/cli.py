@@ -74,10 +74,16 @@ def _is_custom(r: ApiResource) -> bool:
     return bool(r.group) and not r.group.endswith("k8s.io")
 
 
+# What a server writes into an object's metadata (`kubectl get -o yaml` prints it): kube-apiserver refuses a create
+# that carries a resourceVersion (500), so an object read back from a cluster could not be applied again.
+SERVER_SET_METADATA = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink")
+
+
 def apply_file(resources: ResourceClient, path: str, namespace: str,
                field_validation: str = "Strict") -> list[tuple[ApiResource, dict[str, Any]]]:
     applied = []
     for doc in _load_documents(path):
+        doc = {**doc, "metadata": {k: v for k, v in doc["metadata"].items() if k not in SERVER_SET_METADATA}}
         obj, action = resources.apply(doc, namespace, field_validation)
         r = resources.for_object(doc)
         print(f"{r.kind.lower()}.{r.group or 'core'}/{obj['metadata']['name']} {action}")

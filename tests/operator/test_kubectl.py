@@ -1,59 +1,41 @@
-"""The real ``kubectl`` binary against the local cluster: what a user types after `ascend-train local up`.
+"""The real ``kubectl`` (the control plane's own release, first on PATH) on our resources, as a user types it: the
+printer columns of `kubectl get atj` (and -o wide), `kubectl explain`, server-side dry runs, what a re-apply may
+change, the examples applied together, `ascend-train get` saying why a job failed. These run on the session's
+control plane, each test in its own namespace (the kubeconfig's context namespace).
 
-Skipped only when no kubectl can be found (the Makefile's set-up installs Debian's package when missing).
+The tests whose pods must really run (`kubectl logs` through the local node's kubelet API, the events the node
+posts) share one local cluster of this module.
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ascend_cluster.cluster import LocalCluster
+from ascend_cluster.resource_client import ResourceClient
 from ascend_operator.api.train_job import TrainProgress
 from ascend_train.cli import main as ascend_train
-from ascend_operator.local import protobuf_codec
-from ascend_cluster.cluster import LocalCluster
+from e2e.workspace import create_workspace, quickstart_job
+
+pytestmark = pytest.mark.operator
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-
-def _kubectl_minor() -> int | None:
-    """kubectl's client minor version, None without a kubectl."""
-    if shutil.which("kubectl") is None:
-        return None
-    out = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True)
-    try:
-        return int(re.match(r"\d+", json.loads(out.stdout)["clientVersion"]["minor"]).group(0))
-    except (ValueError, KeyError, AttributeError):
-        return 0
-
-
-MINOR = _kubectl_minor()
-pytestmark = [pytest.mark.operator,
-              pytest.mark.skipif(MINOR is None, reason="kubectl is not installed (`make tools` installs it)"),
-              pytest.mark.skipif(MINOR is not None and MINOR < 27,
-                                 reason=f"kubectl 1.{MINOR} predates OpenAPI v3 (1.27+), which the local API serves")]
-
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(root=tmp_path_factory.mktemp("kubectl") / "cluster") as local:
-        yield local
-
-
-def kubectl(cluster: LocalCluster, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(cluster.root))
+def kubectl(target: LocalCluster | Path, *args: str, check: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+    """kubectl with ``target``'s kubeconfig: a local cluster's, or a kubeconfig file (the test's: its context
+    namespace is the test's namespace). HOME is the kubeconfig's folder, so its discovery cache is the test's."""
+    kubeconfig, home = ((target.kubeconfig, target.root) if isinstance(target, LocalCluster)
+                        else (Path(target), Path(target).parent))
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), HOME=str(home))
     result = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
@@ -64,6 +46,135 @@ def rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip().splitlines()]
 
 
+def job_named(name: str) -> dict:
+    """The quickstart's job as ``name``, in no namespace of its own (kubectl's context namespace applies)."""
+    job = quickstart_job()
+    job["metadata"] = {"name": name}
+    return job
+
+
+def write(folder: Path, name: str, *docs: dict) -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+# -- on the session's control plane ---------------------------------------------------------------------------
+
+def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
+    with ResourceClient(kubeconfig) as resources:
+        atj = resources.resolve("atj")
+        resources.apply(job_named("columns"), namespace)
+        raw = {"iteration": 12, "loss": 1.5500773191452026, "tokensPerSecond": 812.6}
+        progress = TrainProgress.with_columns(raw)  # what the operator writes
+        cause = "pod columns-1-0 failed: exit code 1 (Error)"
+        resources.request("PATCH", atj.path(namespace, "columns", "status"), {"status": {
+            "phase": "Failed", "restarts": 1, "progress": progress, "evaluation": {"summary": "mmlu=0.2500"},
+            "elastic": {"desiredNodes": 4, "currentNodes": 2, "nodes": "2/4"},
+            "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailed", "message": cause,
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
+            content_type="application/merge-patch+json")
+    table = rows(kubectl(kubeconfig, "get", "atj").stdout)
+    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "AGE"]
+    assert table[1][:7] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1"]  # for humans
+    assert table[1][7].endswith("s")  # an age computed by kubectl from the date column
+    stored = json.loads(kubectl(kubeconfig, "get", "atj", "columns", "-o", "json").stdout)["status"]["progress"]
+    assert {k: stored[k] for k in raw} == raw  # the raw figures stay in status
+    wide = kubectl(kubeconfig, "get", "atj", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "NODES", "AGE", "FAILURE"]
+    assert wide[1].split()[:8] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1", "2/4"]
+    assert wide[1].endswith(cause)
+
+
+def test_kubectl_explain_describes_our_fields(kubeconfig):
+    """The CRD's descriptions (from the models' docstrings) as kubectl explain prints them."""
+    out = kubectl(kubeconfig, "explain", "atj.spec.train.parallel.tensorModelParallelSize").stdout
+    assert out.splitlines()[:3] == ["GROUP:      ascendtrain.dev", "KIND:       AscendTrainJob",
+                                    "VERSION:    v1alpha1"], out
+    assert "FIELD: tensorModelParallelSize <integer>" in out, out
+    assert out.split("DESCRIPTION:", 1)[1].split() == ["Tensor", "parallel", "size", "(TP)."], out
+    fields = kubectl(kubeconfig, "explain", "dsp.spec").stdout
+    assert re.search(r"^\s+prep\s+<Object> -required-", fields, re.M), fields
+
+
+def test_ascend_train_get_says_why_a_job_failed(kubeconfig, namespace, capsys):
+    with ResourceClient(kubeconfig) as resources:
+        atj = resources.resolve("atj")
+        resources.apply(job_named("broken"), namespace)
+        cause = "pod broken-0 failed: exit code 1 (Error): FileNotFoundError: config.json missing in /models/x"
+        resources.request("PATCH", atj.path(namespace, "broken", "status"), {"status": {
+            "phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailed",
+                                               "message": cause, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
+            content_type="application/merge-patch+json")
+    capsys.readouterr()
+    assert ascend_train(["--root", str(kubeconfig.parent), "get", "atj", "-n", namespace]) == 0
+    assert f"broken failed: {cause}" in capsys.readouterr().out.splitlines()
+
+
+def test_apply_server_dry_run_validates_without_storing(kubeconfig, tmp_path):
+    job = job_named("dry")
+    out = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(write(tmp_path, "dry.yaml", job)))
+    assert "ascendtrainjob.ascendtrain.dev/dry created (server dry run)" in out.stdout
+    assert kubectl(kubeconfig, "get", "atj", "dry", check=False).returncode != 0  # nothing was stored
+    job["spec"]["train"]["parallel"]["tensorModelParallelSize"] = 3  # 2 pods x 1 device cannot hold TP=3
+    bad = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(write(tmp_path, "dry.yaml", job)), check=False)
+    assert bad.returncode != 0 and 'The AscendTrainJob "dry" is invalid' in bad.stderr, bad.stderr
+    assert "nnodes x nprocPerNode must be divisible by" in bad.stderr, bad.stderr
+
+
+def test_reapply_changes_run_policy_and_refuses_other_spec_changes(kubeconfig, tmp_path):
+    """The spec is immutable but for runPolicy (as a Job's template): never `configured` while nothing runs it."""
+    job = job_named("applied")
+    path = write(tmp_path, "applied.yaml", job)
+    assert "ascendtrainjob.ascendtrain.dev/applied created" in kubectl(kubeconfig, "apply", "-f", str(path)).stdout
+    job["spec"]["runPolicy"] = {"backoffLimit": 1, "suspend": True}
+    write(tmp_path, "applied.yaml", job)
+    assert "ascendtrainjob.ascendtrain.dev/applied configured" in kubectl(kubeconfig, "apply", "-f", str(path)).stdout
+    job["spec"]["train"]["training"]["trainIters"] = 7
+    job["spec"]["tolerations"] = [{"key": "npu", "operator": "Exists"}]  # a field the stored spec lacks
+    write(tmp_path, "applied.yaml", job)
+    refused = kubectl(kubeconfig, "apply", "-f", str(path), check=False)
+    assert refused.returncode != 0 and "configured" not in refused.stdout
+    for field in ("spec.train", "spec.tolerations"):
+        assert f"{field}: Forbidden: may not change once the job exists (only spec.runPolicy may)" in refused.stderr
+    assert "kubectl replace --force -f FILE" in refused.stderr
+    stored = yaml.safe_load(kubectl(kubeconfig, "get", "atj", "applied", "-o", "yaml").stdout)
+    assert stored["spec"]["train"]["training"]["trainIters"] == 30 and stored["spec"]["runPolicy"]["backoffLimit"] == 1
+    kubectl(kubeconfig, "replace", "--force", "-f", str(path))  # how to rerun: a new object with the new spec
+    stored = yaml.safe_load(kubectl(kubeconfig, "get", "atj", "applied", "-o", "yaml").stdout)
+    assert stored["spec"]["train"]["training"]["trainIters"] == 7
+
+
+def test_every_example_applies_to_one_namespace_together(kubeconfig, namespace, tmp_path):
+    """No two examples share an object name: one `kubectl apply` of the folder creates every object once (the
+    pipelines' workspace claim, the same in each, is created by the first and unchanged by the others)."""
+    folder = tmp_path / "examples"
+    folder.mkdir()
+    for path in sorted(EXAMPLES.glob("*.yaml")):  # as written, in the test's namespace instead of default
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            assert doc["metadata"].pop("namespace", "default") == "default", path
+        write(folder, path.name, *docs)
+    out = kubectl(kubeconfig, "apply", "-f", str(folder), check=False)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    created = [line.removesuffix(" created") for line in lines if line.endswith(" created")]
+    assert len(created) == len(set(created)) and {line for line in lines if not line.endswith(" created")} == {
+        "persistentvolumeclaim/ascend-workspace unchanged"}, out.stdout
+    ours = [c for c in created if ".ascendtrain.dev/" in c]
+    assert len(ours) >= 15 and "persistentvolumeclaim/ascend-workspace" in created, created
+    listed = rows(kubectl(kubeconfig, "get", "atj,dsp,ckc", "-o", "name").stdout)
+    assert sorted(r[0] for r in listed) == sorted(ours)
+
+
+# -- pods that really run: a local cluster with one node --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(fast_storage=True, root=tmp_path_factory.mktemp("kubectl") / "cluster") as local:
+        yield local
+
+
 def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
@@ -72,41 +183,6 @@ def wait_phase(resources, pods, name: str, phases: tuple[str, ...], timeout: flo
             return pod
         assert time.monotonic() < deadline, pod.get("status")
         time.sleep(0.1)
-
-
-def test_get_atj_shows_the_crd_printer_columns(cluster):
-    resources = cluster.client()
-    atj = resources.resolve("atj")
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
-    job["metadata"]["name"] = "columns"
-    resources.apply(job)
-    raw = {"iteration": 12, "loss": 1.5500773191452026, "tokensPerSecond": 812.6}
-    progress = TrainProgress.with_columns(raw)  # what the operator writes
-    resources.request("PATCH", atj.path("default", "columns", "status"), {"status": {
-        "phase": "Running", "restarts": 1, "progress": progress, "evaluation": {"summary": "mmlu=0.2500"}}},
-        content_type="application/merge-patch+json")
-    resources.close()
-    table = rows(kubectl(cluster, "get", "atj").stdout)
-    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "AGE"]
-    assert table[1][:7] == ["columns", "Running", "12", "1.550", "813", "mmlu=0.2500", "1"]  # for humans
-    stored = json.loads(kubectl(cluster, "get", "atj", "columns", "-o", "json").stdout)["status"]["progress"]
-    assert {k: stored[k] for k in raw} == raw  # the raw figures stay in status
-    assert table[1][7].endswith("s")  # an age computed by kubectl from the date column
-
-
-def test_ascend_train_get_says_why_a_job_failed(cluster, capsys):
-    resources = cluster.client()
-    atj = resources.resolve("atj")
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
-    job["metadata"]["name"] = "broken"
-    resources.apply(job)
-    cause = "pod broken-0 failed: exit code 1 (Error): FileNotFoundError: config.json missing in /models/x"
-    resources.request("PATCH", atj.path("default", "broken", "status"), {"status": {"phase": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "PodFailed", "message": cause,
-         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, content_type="application/merge-patch+json")
-    resources.close()
-    assert ascend_train(["--root", str(cluster.root), "get", "atj"]) == 0
-    assert f"broken failed: {cause}" in capsys.readouterr().out.splitlines()
 
 
 def test_get_pods_ready_status_restarts_and_logs(cluster):
@@ -133,6 +209,7 @@ def test_logs_show_container_paths(cluster, capsys):
     """The runner starts the process with host paths; what it prints reads as on a cluster: kubectl logs (with
     and without -f), ascend-train logs and the termination message all say /workspace, never the claim's
     directory on this machine."""
+    claim = create_workspace(cluster, "default", "work")  # the scheduler places no pod whose claim is missing
     resources = cluster.client()
     pods = resources.resolve("pods")
     code = ("import os, sys, time\nprint('cwd', os.getcwd(), flush=True)\nsys.stdout.write('saved to ')\n"
@@ -157,122 +234,43 @@ def test_logs_show_container_paths(cluster, capsys):
     assert ascend_train(["--root", str(cluster.root), "logs", "paths"]) == 0
     assert capsys.readouterr().out.splitlines() == expected
     raw = (cluster.root / "pods" / "default" / "paths" / "container.log").read_text()
-    assert str(cluster.root / "pvc" / "default" / "work") in raw  # the process itself ran on the host's paths
+    assert str(claim) in raw  # the process itself ran on the host's paths
 
 
-def test_get_events_shows_reason_object_and_message(cluster):
-    resources = cluster.client()
-    resources.apply({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "talker.17a2b3c4d5e6f7", "namespace": "default"},
-                     "involvedObject": {"kind": "AscendTrainJob", "name": "columns", "namespace": "default"},
-                     "reason": "PodFailed", "message": "config.json missing in /models/x", "type": "Warning",
-                     "count": 1, "source": {"component": "ascend-operator"}})
-    resources.close()
-    table = rows(kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=columns").stdout)
-    assert table[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
-    assert table[1][1:] == ["Warning", "PodFailed", "ascendtrainjob/columns", "config.json", "missing", "in",
-                            "/models/x"]
+def _events_of(cluster, pod: str, want: set[str], timeout: float = 30) -> str:
+    """`kubectl describe pod`'s output once its Events list every reason in ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = kubectl(cluster, "describe", "pod", pod).stdout
+        events = text.split("Events:", 1)[-1]
+        if all(reason in events for reason in want) or time.monotonic() > deadline:
+            return events
+        time.sleep(0.3)
 
 
-def test_protobuf_requests_create_namespace_configmap_and_drain(cluster):
-    """kubectl's typed requests carry protobuf bodies (the server decodes them with Kubernetes' own .proto types);
-    drain evicts through pods/eviction, the pod marked DisruptionTarget before it goes."""
-    sent = kubectl(cluster, "create", "namespace", "proto", "-v=8").stderr
-    assert "Content-Type: application/vnd.kubernetes.protobuf" in sent
-    kubectl(cluster, "create", "configmap", "settings", "-n", "proto", "--from-literal=lr=1e-4",
-            "--from-literal=note=a b")
-    kubectl(cluster, "create", "secret", "generic", "token", "-n", "proto", "--from-literal=key=s3cr3t")
-    stored = json.loads(kubectl(cluster, "get", "configmap", "settings", "-n", "proto", "-o", "json").stdout)
-    assert stored["data"] == {"lr": "1e-4", "note": "a b"} and stored["metadata"]["namespace"] == "proto"
-    secret = kubectl(cluster, "get", "secret", "token", "-n", "proto", "-o", "jsonpath={.data.key}").stdout
-    assert secret == "czNjcjN0"  # base64 of s3cr3t, bytes through protobuf
-    # A client that accepts only protobuf gets it (protoc reads the envelope); custom resources have none: 406.
-    ask = lambda path: urllib.request.urlopen(urllib.request.Request(  # noqa: E731
-        cluster.api_server.url + path, headers={"Accept": "application/vnd.kubernetes.protobuf"}))
-    answer = ask("/api/v1/namespaces/proto/configmaps/settings").read()
-    assert answer[:4] == b"k8s\x00"
-    envelope = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{protobuf_codec.PROTO_ROOT}",
-                               "--decode=k8s.io.apimachinery.pkg.runtime.Unknown",
-                               "k8s.io/apimachinery/pkg/runtime/generated.proto"],
-                              input=answer[4:], capture_output=True, check=True).stdout.decode()
-    assert 'apiVersion: "v1"' in envelope and 'kind: "ConfigMap"' in envelope and "1e-4" in envelope
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        ask("/apis/ascendtrain.dev/v1alpha1/namespaces/proto/ascendtrainjobs")
-    assert refused.value.code == 406
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "drained", "namespace": "proto",
-                                                          "labels": {"drain": "me"}},
-           "spec": {"terminationGracePeriodSeconds": 2,
-                    "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "60"]}]}}
-    resources = cluster.client()
-    try:
-        resources.apply(pod)
-        pods, deadline = resources.resolve("pods"), time.monotonic() + 30
-        while not (resources.get(pods, "drained", "proto").get("spec") or {}).get("nodeName"):  # on the node
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        watch = subprocess.Popen(["kubectl", "get", "pod", "drained", "-n", "proto", "-w", "-o", "json"],
-                                 env=dict(os.environ, KUBECONFIG=str(cluster.kubeconfig)), stdout=subprocess.PIPE,
-                                 text=True)
-        first = ""
-        while not first.endswith("\n}\n"):  # the pod as it is, printed before drain starts: no race
-            line = watch.stdout.readline()
-            assert line, f"kubectl get -w ended before printing the pod: {first!r}"
-            first += line
-        assert '"name": "drained"' in first
-        drained = kubectl(cluster, "drain", "local", "--pod-selector=drain=me", "--force", "--timeout=20s", "-v=8")
-        watch.terminate()
-        seen = first + watch.communicate(timeout=10)[0]
-    finally:
-        kubectl(cluster, "uncordon", "local")
-        resources.close()
-    assert "/api/v1/namespaces/proto/pods/drained/eviction" in drained.stderr and "201 Created" in drained.stderr
-    assert "pod/drained evicted" in drained.stdout
-    assert '"reason": "EvictionByEvictionAPI"' in seen and '"type": "DisruptionTarget"' in seen
-    assert kubectl(cluster, "get", "pod", "drained", "-n", "proto", check=False).returncode != 0
-
-
-def test_apply_server_dry_run_validates_without_storing(cluster):
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
-    job["metadata"]["name"] = "dry"
-    path = cluster.root / "dry.yaml"
-    path.write_text(yaml.safe_dump(job))
-    out = kubectl(cluster, "apply", "--dry-run=server", "-f", str(path))
-    assert "ascendtrainjob.ascendtrain.dev/dry created (server dry run)" in out.stdout
-    assert kubectl(cluster, "get", "atj", "dry", check=False).returncode != 0  # nothing was stored
-    job["spec"]["train"]["parallel"]["tensorModelParallelSize"] = 3  # 2 pods x 1 device cannot hold TP=3
-    path.write_text(yaml.safe_dump(job))
-    bad = kubectl(cluster, "apply", "--dry-run=server", "-f", str(path), check=False)
-    assert bad.returncode != 0 and "is invalid" in bad.stderr
-
-
-def test_reapply_changes_run_policy_and_refuses_other_spec_changes(cluster):
-    """The spec is immutable but for runPolicy (as a Job's template): never `configured` while nothing runs it."""
-    job = copy.deepcopy(yaml.safe_load(QUICKSTART.read_text()))
-    job["metadata"]["name"] = "applied"
-    path = cluster.root / "applied.yaml"
-    path.write_text(yaml.safe_dump(job))
-    assert "ascendtrainjob.ascendtrain.dev/applied created" in kubectl(cluster, "apply", "-f", str(path)).stdout
-    job["spec"]["runPolicy"] = {"backoffLimit": 1, "suspend": True}
-    path.write_text(yaml.safe_dump(job))
-    assert "ascendtrainjob.ascendtrain.dev/applied configured" in kubectl(cluster, "apply", "-f", str(path)).stdout
-    job["spec"]["train"]["training"]["trainIters"] = 7
-    job["spec"]["tolerations"] = [{"key": "npu", "operator": "Exists"}]  # a field the stored spec lacks
-    path.write_text(yaml.safe_dump(job))
-    refused = kubectl(cluster, "apply", "-f", str(path), check=False)
-    assert refused.returncode != 0 and "configured" not in refused.stdout
-    for field in ("spec.train", "spec.tolerations"):
-        assert f"{field}: Forbidden: may not change once the job exists (only spec.runPolicy may)" in refused.stderr
-    assert "kubectl replace --force -f FILE" in refused.stderr
-    stored = yaml.safe_load(kubectl(cluster, "get", "atj", "applied", "-o", "yaml").stdout)
-    assert stored["spec"]["train"]["training"]["trainIters"] == 30 and stored["spec"]["runPolicy"]["backoffLimit"] == 1
-    kubectl(cluster, "replace", "--force", "-f", str(path))  # how to rerun: a new object with the new spec
-    stored = yaml.safe_load(kubectl(cluster, "get", "atj", "applied", "-o", "yaml").stdout)
-    assert stored["spec"]["train"]["training"]["trainIters"] == 7
-
-
-def test_every_example_applies_to_one_cluster_together(cluster):
-    """No two examples share an object name: one `kubectl apply` of the folder creates every object once."""
-    out = kubectl(cluster, "apply", "-f", str(QUICKSTART.parent), check=False)
-    objects = [line for line in out.stdout.splitlines() if line.strip()]
-    assert objects and all(line.endswith(" created") for line in objects), out.stdout + out.stderr
-    assert out.returncode == 0, out.stderr
-    assert len(objects) == len(set(objects))
+def test_the_local_node_posts_the_pod_lifecycle_events_a_kubelet_posts(cluster):
+    code = "import time; time.sleep(30)"
+    sleeper = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"}, "spec": {"restartPolicy": "Never",
+               "containers": [{"name": "main", "image": "local", "command": ["python", "-c", code]}]}}
+    kubectl(cluster, "apply", "-f", str(write(cluster.root, "sleeper.yaml", sleeper)))
+    events = _events_of(cluster, "sleeper", {"Scheduled", "Pulled", "Created", "Started"})
+    for reason, source in (("Scheduled", "default-scheduler"), ("Pulled", "kubelet"), ("Created", "kubelet"),
+                           ("Started", "kubelet")):
+        assert re.search(rf"Normal\s+{reason}\s+\S+\s+{source}", events), events
+    order = [re.search(rf"Normal\s+{reason}\s", events).start()
+             for reason in ("Scheduled", "Pulled", "Created", "Started")]
+    assert order == sorted(order), events  # in the order they happened, as describe lists a kubelet's
+    kubectl(cluster, "delete", "pod", "sleeper", "--wait=false")
+    deadline = time.monotonic() + 20
+    while "Killing" not in (seen := kubectl(cluster, "get", "events", "--field-selector",
+                                            "involvedObject.name=sleeper").stdout):
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.3)
+    assert re.search(r"Normal\s+Killing\s+pod/sleeper\s+Stopping container main", seen), seen
+    greedy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "greedy"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "local", "command": ["true"],
+                                                  "resources": {"limits": {"huawei.com/Ascend910": "1"}}}]}}
+    kubectl(cluster, "apply", "-f", str(write(cluster.root, "greedy.yaml", greedy)))
+    events = _events_of(cluster, "greedy", {"FailedScheduling"})
+    assert re.search(r"Warning\s+FailedScheduling\s+.*0/1 nodes are available: 1 Insufficient huawei.com/Ascend910",
+                     events), events

@@ -16,6 +16,44 @@ from ascend_cluster.cluster import LocalCluster
 from ascend_cluster.runner import read_logs
 
 
+WIDGET_GROUP, WIDGET_PLURAL = "example.dev", "widgets"  # a small CRD that is not ours: the CLI with any kind
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"{WIDGET_PLURAL}.{WIDGET_GROUP}"},
+    "spec": {
+        "group": WIDGET_GROUP,
+        "scope": "Namespaced",
+        "names": {"plural": WIDGET_PLURAL, "singular": "widget", "kind": "Widget", "shortNames": ["wg"]},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {
+                    "spec": {
+                        "type": "object",
+                        "required": ["size"],
+                        "properties": {
+                            "size": {"type": "integer", "minimum": 1},
+                            "parts": {"type": "integer", "default": 1},
+                            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        },
+                        "x-kubernetes-validations": [{
+                            "rule": "self.size % self.parts == 0",
+                            "message": "size must be divisible by parts", "fieldPath": ".size",
+                        }],
+                    },
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            }},
+        }],
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     """One node with two devices, run by the real scheduler and our node agent, for the whole module."""
@@ -205,7 +243,6 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
 
     from ascend_train.cli import main
     from ascend_cluster.cluster import LocalCluster
-    from test_local_apiserver import WIDGET_CRD
 
     crds = tmp_path / "crds"
     crds.mkdir()

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from test_operator_train_job import get_job, job, operator, pods_of, wait_for  # noqa: F401 (fixture)
+from test_operator_train_job import (create, job, operator, patch_pod_status, phase_is,  # noqa: F401 (fixture)
+                                     pods_of, wait_for)
 
 pytestmark = pytest.mark.operator
 
@@ -17,14 +18,14 @@ EVALUATION = {"task": ["mmlu", "gsm8k"], "taskDataPath": ["/data/mmlu/test", "/d
               "tokenizerNameOrPath": "/models/qwen3", "shot": 5}
 
 
-def finish(api_client, pod_name, exit_code, message):
+def finish(api_client, namespace, pod_name, exit_code, message):
     """What a kubelet reports when the container ends with a termination message."""
     terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                   "message": json.dumps(message)}
     status = {"phase": "Succeeded" if exit_code == 0 else "Failed", "podIP": "127.0.0.1",
               "containerStatuses": [{"name": "engine", "ready": False, "restartCount": 0, "image": "x",
                                      "imageID": "", "state": {"terminated": terminated}}]}
-    client.CoreV1Api(api_client).patch_namespaced_pod_status(pod_name, "default", {"status": status})
+    patch_pod_status(api_client, namespace, pod_name, status)
 
 
 def evaluation_job(name):
@@ -33,11 +34,10 @@ def evaluation_job(name):
     return body
 
 
-def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_client):
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", evaluation_job("ev"))
-    pods = wait_for(lambda: len(pods_of(api_client, "ev")) == 2 and pods_of(api_client, "ev"), what="2 pods")
-    config = client.CoreV1Api(api_client).read_namespaced_config_map("ev-config", "default").data
+def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_client, namespace):
+    create(api_client, namespace, evaluation_job("ev"))
+    pods = wait_for(lambda: len(p := pods_of(api_client, namespace, "ev")) == 2 and p, what="2 pods")
+    config = client.CoreV1Api(api_client).read_namespaced_config_map("ev-config", namespace).data
     evaluation = yaml.safe_load(config["evaluation.yaml"])
     assert evaluation["load"] == "/ckpt/llm" and evaluation["task"] == ["mmlu", "gsm8k"] and evaluation["shot"] == 5
     script = pods[0].spec.containers[0].command
@@ -50,35 +50,30 @@ def test_evaluation_runs_after_training_and_lands_in_the_status(operator, api_cl
     summary = {"summary": "mmlu=0.6200 gsm8k=0.1000", "checkpoint": "/ckpt/llm", "finishedAt": "2026-11-23T15:00:00Z",
                "tasks": [{"task": "mmlu", "accuracy": 0.62, "samples": 14042, "seconds": 900.5},
                          {"task": "gsm8k", "accuracy": 0.1, "samples": 1319, "seconds": 3000.0}]}
-    finish(api_client, "ev-0-0", 0, {"iteration": 10, "loss": 1.5, "evaluation": summary})
-    finish(api_client, "ev-1-0", 0, {})
-    status = wait_for(lambda: (s := get_job(api_client, "ev").get("status", {})).get("phase") == "Succeeded" and s,
-                      what="Succeeded")
+    finish(api_client, namespace, "ev-0-0", 0, {"iteration": 10, "loss": 1.5, "evaluation": summary})
+    finish(api_client, namespace, "ev-1-0", 0, {})
+    status = phase_is(api_client, namespace, "ev", "Succeeded")
     assert status["evaluation"] == summary
     assert status["progress"]["loss"] == 1.5 and "evaluation" not in status["progress"]
 
 
-def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client):
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", evaluation_job("evbad"))
-    wait_for(lambda: len(pods_of(api_client, "evbad")) == 2, what="2 pods")
+def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client, namespace):
+    create(api_client, namespace, evaluation_job("evbad"))
+    wait_for(lambda: len(pods_of(api_client, namespace, "evbad")) == 2, what="2 pods")
     cause = "bad task data: /data/mmlu/test/anatomy_test.csv:7: expected 6 columns, got 5"
-    finish(api_client, "evbad-0-0", 2, {"reason": "EvaluationFailed", "message": cause})
-    status = wait_for(lambda: (s := get_job(api_client, "evbad").get("status", {})).get("phase") == "Failed" and s,
-                      what="Failed")
+    finish(api_client, namespace, "evbad-0-0", 2, {"reason": "EvaluationFailed", "message": cause})
+    status = phase_is(api_client, namespace, "evbad", "Failed")
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "EvaluationFailed" and cause in failed["message"]
     assert status.get("restarts", 0) == 0  # not retried: the data would not get better
 
 
-def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, api_client):
+def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, api_client, namespace):
     body = job("evonly", evaluation={**EVALUATION, "load": "/models/qwen3"})
     del body["spec"]["train"]
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", body)
-    pods = wait_for(lambda: len(pods_of(api_client, "evonly")) == 2 and pods_of(api_client, "evonly"),
-                    what="2 pods")
-    config = client.CoreV1Api(api_client).read_namespaced_config_map("evonly-config", "default").data
+    create(api_client, namespace, body)
+    pods = wait_for(lambda: len(p := pods_of(api_client, namespace, "evonly")) == 2 and p, what="2 pods")
+    config = client.CoreV1Api(api_client).read_namespaced_config_map("evonly-config", namespace).data
     assert set(config) == {"evaluation.yaml"} and yaml.safe_load(config["evaluation.yaml"])["load"] == "/models/qwen3"
     command = pods[0].spec.containers[0].command
     assert command[:3] == ["python3", "-m", "ascend_engine.launcher"]
@@ -86,19 +81,17 @@ def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, 
     assert "train" not in command and "sh" not in pods[1].spec.containers[0].command
     summary = {"summary": "mmlu=0.5000", "checkpoint": "/models/qwen3", "finishedAt": "2026-11-23T16:00:00Z",
                "tasks": [{"task": "mmlu", "accuracy": 0.5, "samples": 8, "seconds": 2.0}]}
-    finish(api_client, "evonly-0-0", 0, {"evaluation": summary})
-    finish(api_client, "evonly-1-0", 0, {})
-    status = wait_for(lambda: (s := get_job(api_client, "evonly").get("status", {})).get("phase") == "Succeeded"
-                      and s, what="Succeeded")
+    finish(api_client, namespace, "evonly-0-0", 0, {"evaluation": summary})
+    finish(api_client, namespace, "evonly-1-0", 0, {})
+    status = phase_is(api_client, namespace, "evonly", "Succeeded")
     assert status["evaluation"] == summary
 
 
-def test_the_api_server_refuses_a_job_with_neither_train_nor_evaluation(operator, api_client):
+def test_the_api_server_refuses_a_job_with_neither_train_nor_evaluation(api_client, namespace):
     body = job("nothing")
     del body["spec"]["train"]
     with pytest.raises(client.ApiException) as err:
-        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-            "ascendtrain.dev", "v1alpha1", "default", "ascendtrainjobs", body)
+        create(api_client, namespace, body)
     assert err.value.status == 422 and "set train, evaluation or both" in err.value.body
 
 

@@ -1,5 +1,5 @@
-"""Pod templates the API server refuses, and Secrets passed by reference, with the operator as a real process
-against the loopback API."""
+"""Pod templates kube-apiserver refuses, and Secrets passed by reference, with the operator as a real process
+against the session's control plane."""
 from __future__ import annotations
 
 import base64
@@ -9,9 +9,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ascend_operator.handlers import create_errors
-from test_operator_lifecycle import create, events_of, phase_is
-from test_operator_train_job import (GROUP, PLURAL, VERSION, get_job, job, operator,  # noqa: F401
-                                     pods_of, set_pod_phase, wait_for)
+from test_operator_lifecycle import events_of
+from test_operator_train_job import (GROUP, PLURAL, VERSION, create, get_job, job, operator,  # noqa: F401
+                                     phase_is, pods_of, set_pod_phase, wait_for)
 
 pytestmark = pytest.mark.operator
 
@@ -41,62 +41,64 @@ REFUSED = [  # (job, spec, reason, what the message says)
 ]
 
 
-def test_a_refused_pod_fails_the_job_with_the_servers_message(operator, api_client):
+def test_a_refused_pod_fails_the_job_with_the_servers_message(operator, api_client, namespace):
     for name, spec, _, _ in REFUSED:
-        create(api_client, job(name, **spec))
+        create(api_client, namespace, job(name, **spec))
     for name, _, reason, says in REFUSED:
-        failed = phase_is(api_client, name, "Failed")
+        failed = phase_is(api_client, namespace, name, "Failed")
         condition = next(c for c in failed["conditions"] if c["type"] == "Failed")
         assert condition["reason"] == reason and says in condition["message"], condition
-        wait_for(lambda: any(says in message for _, message in events_of(api_client, name)),
+        wait_for(lambda: any(says in message for _, message in events_of(api_client, namespace, name)),
                  what="a Warning event with the message")
-        warnings = [e for e in client.CoreV1Api(api_client).list_namespaced_event("default").items
+        warnings = [e for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items
                     if e.involved_object.name == name and says in e.message]
         assert warnings and all(e.type == "Warning" for e in warnings)
-        assert pods_of(api_client, name) == []
+        assert pods_of(api_client, namespace, name) == []
 
 
-def test_a_pod_refused_on_resume_posts_the_refusal_not_the_resume(operator, api_client):
+def test_a_pod_refused_on_resume_posts_the_refusal_not_the_resume(operator, api_client, namespace):
     """Resumed and Failed are set in the same second: the Failed event must carry the server's refusal."""
     name, spec, _, says = REFUSED[1]
-    create(api_client, job(f"{name}-resumed", runPolicy={"suspend": True}, **spec))
-    phase_is(api_client, f"{name}-resumed", "Suspended")
+    create(api_client, namespace, job(f"{name}-resumed", runPolicy={"suspend": True}, **spec))
+    phase_is(api_client, namespace, f"{name}-resumed", "Suspended")
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, VERSION, "default", PLURAL, f"{name}-resumed", {"spec": {"runPolicy": {"suspend": False}}})
-    phase_is(api_client, f"{name}-resumed", "Failed")
+        GROUP, VERSION, namespace, PLURAL, f"{name}-resumed", {"spec": {"runPolicy": {"suspend": False}}})
+    phase_is(api_client, namespace, f"{name}-resumed", "Failed")
     says = says.replace(f"{name}-0-0", f"{name}-resumed-0-0")
-    wait_for(lambda: [m for r, m in events_of(api_client, f"{name}-resumed") if r == "Failed"], what="Failed event")
-    assert [says in m for r, m in events_of(api_client, f"{name}-resumed") if r == "Failed"] == [True]
+    wait_for(lambda: [m for r, m in events_of(api_client, namespace, f"{name}-resumed") if r == "Failed"],
+             what="Failed event")
+    assert [says in m for r, m in events_of(api_client, namespace, f"{name}-resumed") if r == "Failed"] == [True]
 
 
-def test_a_missing_service_account_holds_the_job_back_until_it_exists(operator, api_client):
+def test_a_missing_service_account_holds_the_job_back_until_it_exists(operator, api_client, namespace):
     """kube-apiserver's ServiceAccount admission refuses the pods (403): the job says why and tries again with
     backoff, and goes on once the account is made."""
-    create(api_client, job("needs-sa", serviceAccountName="trainer"))
-    says = 'is forbidden: error looking up service account default/trainer: serviceaccount "trainer" not found'
+    create(api_client, namespace, job("needs-sa", serviceAccountName="trainer"))
+    says = f'is forbidden: error looking up service account {namespace}/trainer: serviceaccount "trainer" not found'
 
     def refused():
-        conditions = (get_job(api_client, "needs-sa").get("status") or {}).get("conditions", [])
+        conditions = (get_job(api_client, namespace, "needs-sa").get("status") or {}).get("conditions", [])
         return next((c for c in conditions if c["type"] == "Created" and c["status"] == "False"), None)
     created = wait_for(refused, what="Created=False")
     assert created["reason"] == "CreateFailed" and says in created["message"], created
-    wait_for(lambda: any(says in m for _, m in events_of(api_client, "needs-sa")), what="a Warning event")
-    client.CoreV1Api(api_client).create_namespaced_service_account("default", {"metadata": {"name": "trainer"}})
-    pods = wait_for(lambda: len(p := pods_of(api_client, "needs-sa")) == 2 and p, timeout=60,
+    wait_for(lambda: any(says in m for _, m in events_of(api_client, namespace, "needs-sa")), what="a Warning event")
+    client.CoreV1Api(api_client).create_namespaced_service_account(namespace, {"metadata": {"name": "trainer"}})
+    pods = wait_for(lambda: len(p := pods_of(api_client, namespace, "needs-sa")) == 2 and p, timeout=60,
                     what="the pods once the account exists (after the 5 s backoff)")
     assert {p.spec.service_account_name for p in pods} == {"trainer"}
 
 
-def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api_client, tmp_path):
+def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api_client, namespace, tmp_path):
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret("default", {"metadata": {"name": "hf"}, "stringData": {"token": SECRET_VALUE}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": "tuning"}, "data": {"NCCL_DEBUG": "WARN"}})
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "hf"}, "stringData": {"token": SECRET_VALUE}})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "tuning"}, "data": {"NCCL_DEBUG": "WARN"}})
     secret_env = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
-    create(api_client, job("sec", env=[secret_env, {"name": "PLAIN", "value": "1"}],
-                           envFrom=[{"secretRef": {"name": "hf"}, "prefix": "HF_"}, {"configMapRef": {"name": "tuning"}}],
-                           volumes=[{"name": "creds", "secret": {"secretName": "hf"}}],
-                           volumeMounts=[{"name": "creds", "mountPath": "/var/run/creds", "readOnly": True}]))
-    pods = wait_for(lambda: len(p := pods_of(api_client, "sec")) == 2 and p, what="pods")
+    create(api_client, namespace, job(
+        "sec", env=[secret_env, {"name": "PLAIN", "value": "1"}],
+        envFrom=[{"secretRef": {"name": "hf"}, "prefix": "HF_"}, {"configMapRef": {"name": "tuning"}}],
+        volumes=[{"name": "creds", "secret": {"secretName": "hf"}}],
+        volumeMounts=[{"name": "creds", "mountPath": "/var/run/creds", "readOnly": True}]))
+    pods = wait_for(lambda: len(p := pods_of(api_client, namespace, "sec")) == 2 and p, what="pods")
     for pod in pods:
         container = api_client.sanitize_for_serialization(pod.spec.containers[0])
         env = {e["name"]: e for e in container["env"]}
@@ -104,17 +106,18 @@ def test_secrets_pass_by_reference_and_their_values_appear_nowhere(operator, api
         assert container["envFrom"] == [{"secretRef": {"name": "hf"}, "prefix": "HF_"},
                                         {"configMapRef": {"name": "tuning"}}]
         assert {"name": "creds", "mountPath": "/var/run/creds", "readOnly": True} in container["volumeMounts"]
-        assert {"name": "creds", "secret": {"secretName": "hf"}} in \
+        # kube-apiserver defaults the volume's file mode (0644)
+        assert {"name": "creds", "secret": {"secretName": "hf", "defaultMode": 0o644}} in \
             api_client.sanitize_for_serialization(pod.spec)["volumes"]
     for pod in pods:
-        set_pod_phase(api_client, pod.metadata.name, "Running")
-    phase_is(api_client, "sec", "Running")
-    set_pod_phase(api_client, "sec-1-0", "Failed", exit_code=1)
-    phase_is(api_client, "sec", "Failed")
+        set_pod_phase(api_client, namespace, pod.metadata.name, "Running")
+    phase_is(api_client, namespace, "sec", "Running")
+    set_pod_phase(api_client, namespace, "sec-1-0", "Failed", exit_code=1)
+    phase_is(api_client, namespace, "sec", "Failed")
     encoded = base64.b64encode(SECRET_VALUE.encode()).decode()
-    seen = [repr(get_job(api_client, "sec")),
-            repr([e.to_dict() for e in core.list_namespaced_event("default").items]),
-            repr([c.data for c in core.list_namespaced_config_map("default").items]),
+    seen = [repr(get_job(api_client, namespace, "sec")),
+            repr([e.to_dict() for e in core.list_namespaced_event(namespace).items]),
+            repr([c.data for c in core.list_namespaced_config_map(namespace).items]),
             (tmp_path / "operator.log").read_text()]
     for text in seen:
         assert SECRET_VALUE not in text and encoded not in text

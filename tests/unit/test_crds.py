@@ -78,10 +78,9 @@ def test_every_default_survives_defaulting_pruning_and_merge_patches():
 
     A default next to ``nullable: true`` is the trap of issue 26: a merge patch's null removes the field and the
     server fills the default back in, so "null means off" never survives a re-apply. A null inside an object
-    default is pruned or re-defaulted the same way. kube-apiserver also refuses a CRD whose default is not
-    pruned-stable or does not validate against its own schema."""
-    from ascend_operator.local.crd_schema import CustomResourceSchema
-
+    default is pruned or re-defaulted the same way. (kube-apiserver itself refuses a CRD whose default is not
+    pruned-stable or does not validate against its own schema: the test session installs these CRDs, and
+    tests/operator/test_manifests_on_the_server.py checks they are served with their defaults.)"""
     for name, text in render_all().items():
         schema = yaml.safe_load(text)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         for path, node in _schema_nodes(schema):
@@ -90,9 +89,6 @@ def test_every_default_survives_defaulting_pruning_and_merge_patches():
             where = f"{name}: {path}"
             assert not node.get("nullable"), f"{where}: a nullable field with a default loses its null on apply"
             assert not _has_null(node["default"]), f"{where}: a null inside a default is pruned or re-defaulted"
-            sub = CustomResourceSchema(node)
-            assert sub._shape(node["default"], node) == node["default"], f"{where}: the default is not pruned-stable"
-            assert not list(sub._validator.iter_errors(node["default"])), f"{where}: the default is invalid"
 
 
 def _rule_operands(rule: str) -> set[tuple[str, ...]]:
