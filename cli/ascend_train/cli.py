@@ -1,7 +1,8 @@
 """``ascend-train``: run the embedded local cluster and talk to it.
 
-    ascend-train local up [--fresh]            API + pod runner + operator in the foreground (Ctrl-C stops)
+    ascend-train local up [--fresh]            control plane + node agent + operator in the foreground (Ctrl-C stops)
     ascend-train local up --nodes 3 --devices-per-node 8   three nodes with 8 huawei.com/Ascend910 each
+    ascend-train local up --kueue              with Kueue's manager too (queues, quotas, preemption)
     ascend-train local down                    stop the `local up` running on --root (from another shell)
     ascend-train local node lose|add NAME      a node's machine dies (its pods' processes too) or (re)joins
     ascend-train local node cordon|uncordon NAME   mark a node (un)schedulable, as `kubectl cordon` does
@@ -144,7 +145,8 @@ def demo(args: argparse.Namespace) -> int:
         raise UsageError(f"a local cluster already runs on {args.root}/ (pid {running}); apply the file to it "
                          f"with `ascend-train apply -f {args.file}`, or stop it with `ascend-train local down`")
     started = time.monotonic()
-    print(f"starting the local cluster in {args.root}/: API server, CRDs, pod runner, operator ...", flush=True)
+    print(f"starting the local cluster in {args.root}/: control plane (etcd, kube-apiserver, controllers, "
+          "scheduler), CRDs, node agent, operator ...", flush=True)
     with LocalCluster(args.root, operator=True, fresh=args.fresh, **_nodes(args)) as cluster, \
             lifecycle.pid_file(cluster.root):
         print(f"local cluster up: kubeconfig {cluster.kubeconfig} (export KUBECONFIG={cluster.kubeconfig} "
@@ -401,7 +403,7 @@ def _nodes(args: argparse.Namespace) -> dict[str, Any]:
     capacity = _capacity(args.device)
     if args.devices_per_node:
         capacity[args.device_resource] = args.devices_per_node
-    return {"nodes": args.nodes, "capacity": capacity}
+    return {"nodes": args.nodes, "capacity": capacity, "kueue": args.kueue}
 
 
 def node(args: argparse.Namespace) -> int:
@@ -457,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "cordon/uncordon: no new pods / new pods again")
     sub.add_argument("name", help="the node's name (as kubectl get nodes lists it)")
     sub.set_defaults(func=node)
-    for name, func, text in (("up", up, "run API, pod runner and operator until Ctrl-C"),
+    for name, func, text in (("up", up, "run the control plane, node agents and operator until Ctrl-C"),
                              ("demo", demo, "up, apply a file and follow its jobs to the end")):
         sub = local.add_parser(name, help=text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         sub.add_argument("--device", action="append", default=[], metavar="NAME=COUNT",
@@ -470,9 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the resource name of --devices-per-node (nvidia.com/gpu for GPUs)")
         sub.add_argument("--fresh", action="store_true",
                          help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
+        sub.add_argument("--kueue", action="store_true",
+                         help="also run Kueue's manager, so jobs labelled kueue.x-k8s.io/queue-name are queued")
         sub.set_defaults(func=func)
         if name == "up":
-            sub.add_argument("--no-operator", action="store_true", help="API and pod runner only")
+            sub.add_argument("--no-operator", action="store_true", help="control plane and node agents only")
         else:
             sub.add_argument("--file", "-f", required=True, default=argparse.SUPPRESS,
                              help="YAML with one or more documents")
