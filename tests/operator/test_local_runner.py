@@ -307,7 +307,8 @@ def test_local_cluster_and_cli_without_operator(tmp_path: Path, capsys):
 
 
 @pytest.mark.parametrize("volume, mount, says", [
-    ({"persistentVolumeClaim": {"claimName": "../../../etc"}}, {}, "is not a valid PersistentVolumeClaim name"),
+    # a claim is only ever its bound volume's path, never a path made of its name
+    ({"persistentVolumeClaim": {"claimName": "../../../etc"}}, {}, 'persistentvolumeclaim "../../../etc" not found'),
     ({"hostPath": {"path": "/../../../etc"}}, {}, "must be a relative path without '..'"),
     ({"emptyDir": {}}, {"subPath": "../../../../etc"}, "subPath '../../../../etc': must be a relative path"),
     ({"emptyDir": {}}, {"subPath": "/etc"}, "subPath '/etc': must be a relative path"),
