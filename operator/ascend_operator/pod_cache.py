@@ -9,8 +9,7 @@ Fed four ways, all under one lock:
   so the reconcile right after creating a gang sees it before the watch delivers it: without this, a reconcile
   between the creates and their ADDED events would read a missing pod as a deleted one;
 - ``seed``: one paginated list of a job's pods if it is read before the informer's listing covered its
-  namespace. Events that raced the list win when they are newer (by resourceVersion, a number on etcd and on
-  the emulated API server).
+  namespace. Events that raced the list win when they are newer (by resourceVersion, a number on etcd).
 
 A DELETED event removes a pod only if the uid matches, so a late event of a deleted pod never removes the
 recreated pod of the same name.
