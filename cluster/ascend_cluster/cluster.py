@@ -29,7 +29,7 @@ from .controlplane import ControlPlane, write_kubeconfig
 from .kueue import Kueue
 from .pod_environment import IpAllocator
 from .pod_network import PodNetwork, claim_network
-from .processes import free_port
+from .processes import free_port, stop_with_parent
 from .provisioner import STORAGE_CLASS, Provisioner
 from .resource_client import ResourceClient
 from .runner import MAX_LOCAL_GRACE_S, PodRunner
@@ -169,7 +169,7 @@ class LocalCluster:
         env.setdefault("ASCEND_OPERATOR_PROGRESS_INTERVAL", "2")
         self.operator = subprocess.Popen(OPERATOR_COMMAND, env=env, stdout=self._operator_log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=stop_with_parent)
         return self.operator
 
     def stop(self) -> None:
