@@ -20,13 +20,13 @@ from ascend_operator.kubeclient import Kube
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    connections: list[int] = []  # id of the connection (handler) that served each request
+    connections: list[int] = []  # the client port of the connection that served each request (an id() may be reused)
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        type(self).connections.append(id(self))
+        type(self).connections.append(self.client_address[1])
         if self.path.startswith("/chunked"):
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -43,7 +43,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_POST(self) -> None:  # noqa: N802
-        type(self).connections.append(id(self))
+        type(self).connections.append(self.client_address[1])
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self._send(201, {"got": body, "type": self.headers["Content-Type"]})
 
