@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (first run, or pyproject.toml changed; about 2 minutes):"
+	@echo "setting up $(VENV) (first run, or pyproject.toml changed; about 4 minutes):"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "  [1/3] pip"; $(BIN)/pip install -qq --upgrade pip
 	@echo "  [2/3] $(TORCH_PIN) (the CPU build)"; $(BIN)/pip install -qq "$(TORCH_PIN)"
