@@ -146,40 +146,71 @@ class AuditTally:
 
 
 class PodTally:
-    """Pods by job from one watch stream (uid and phase per pod name), with a condition to wait on."""
+    """Pods by job from a watch stream (uid and phase per pod name), with a condition to wait on. kube-apiserver
+    closes a watch whose reader falls behind (a 512-pod gang restart is thousands of events): the tally then lists
+    the pods again and watches on from that list, as an informer does."""
 
     def __init__(self, plane: ControlPlane, namespace: str = "default") -> None:
         self.pods: dict[str, dict[str, tuple[str, bool]]] = {}  # job -> pod name -> (uid, ready)
         self.cond = threading.Condition()
-        parsed = urlparse(plane.server)
-        self._conn = http.client.HTTPSConnection(parsed.hostname, parsed.port, timeout=3600,
-                                                 context=plane._admin_tls())
-        query = urlencode({"watch": "true", "labelSelector": KIND_LABEL, "timeoutSeconds": 24 * 3600})
-        self._conn.request("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
-        self._response = self._conn.getresponse()
-        if self._response.status != 200:
-            raise RuntimeError(f"pod watch: {self._response.status} {self._response.read()[:500]!r}")
-        threading.Thread(target=self._read, daemon=True).start()
+        self._plane, self._path = plane, f"/api/v1/namespaces/{namespace}/pods"
+        self._conn: http.client.HTTPSConnection | None = None
+        self._closed = False
+        version = self._relist()
+        threading.Thread(target=self._read, args=(version,), daemon=True).start()
 
-    def _read(self) -> None:
-        try:
-            for line in self._response:
-                event = json.loads(line)
-                if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
-                    continue  # BOOKMARK, or ERROR (a Status)
-                pod = event["object"]
-                meta = pod["metadata"]
-                job = meta["labels"][JOB_LABEL]
-                ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                            for c in (pod.get("status") or {}).get("conditions") or [])
-                with self.cond:
-                    if event["type"] == "DELETED":
-                        self.pods.get(job, {}).pop(meta["name"], None)
-                    else:
-                        self.pods.setdefault(job, {})[meta["name"]] = (meta["uid"], ready)
-                    self.cond.notify_all()
-        except Exception:  # noqa: BLE001 - the stream ends when the run closes it, mid-chunk
-            pass
+    def _connect(self) -> http.client.HTTPSConnection:
+        parsed = urlparse(self._plane.server)
+        return http.client.HTTPSConnection(parsed.hostname, parsed.port, timeout=3600,
+                                           context=self._plane._admin_tls())
+
+    def _relist(self) -> str:
+        """Replace the tally with a listing of the pods; returns its resourceVersion."""
+        listing = json.loads(self._get(urlencode({"labelSelector": KIND_LABEL})).read())
+        with self.cond:
+            self.pods = {}
+            for pod in listing["items"]:
+                self._keep(pod)
+            self.cond.notify_all()
+        return listing["metadata"]["resourceVersion"]
+
+    def _get(self, query: str) -> http.client.HTTPResponse:
+        self._conn = self._connect()
+        self._conn.request("GET", f"{self._path}?{query}")
+        response = self._conn.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"pods: {response.status} {response.read()[:500]!r}")
+        return response
+
+    def _keep(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (pod.get("status") or {}).get("conditions") or [])
+        self.pods.setdefault(meta["labels"][JOB_LABEL], {})[meta["name"]] = (meta["uid"], ready)
+
+    def _read(self, version: str) -> None:
+        while not self._closed:
+            try:
+                stream = self._get(urlencode({"watch": "true", "labelSelector": KIND_LABEL, "resourceVersion": version,
+                                              "timeoutSeconds": 24 * 3600, "allowWatchBookmarks": "true"}))
+                for line in stream:
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":  # e.g. 410 Gone: list again
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion", version)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    with self.cond:
+                        if event["type"] == "DELETED":
+                            meta = event["object"]["metadata"]
+                            self.pods.get(meta["labels"][JOB_LABEL], {}).pop(meta["name"], None)
+                        else:
+                            self._keep(event["object"])
+                        self.cond.notify_all()
+            except Exception:  # noqa: BLE001 - the stream was cut (by the server, or by close())
+                pass
+            if not self._closed:
+                version = self._relist()
 
     def wait(self, predicate, timeout: float) -> float:
         """Seconds until ``predicate(pods)`` held (inf on timeout)."""
@@ -190,9 +221,11 @@ class PodTally:
         return float("inf")
 
     def close(self) -> None:
-        if self._conn.sock is not None:  # wake the reader thread blocked on the stream
+        self._closed = True
+        if self._conn is not None and self._conn.sock is not None:  # wake the reader blocked on the stream
             self._conn.sock.shutdown(socket.SHUT_RDWR)
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
 
 
 def _api_client(kubeconfig: str) -> client.ApiClient:
