@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client, config
 
-from ascend_cluster.cluster import REPO_CRDS
+from ascend_cluster.cluster import REPO_CRDS, install_crds
 from ascend_cluster.controlplane import ControlPlane, write_kubeconfig
 from ascend_cluster.resource_client import ResourceClient
 
@@ -29,13 +28,7 @@ def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
                          fast_storage=True).start()
     try:
         with ResourceClient(plane.kubeconfig) as resources:
-            names = []
-            for path in sorted(REPO_CRDS.glob("*.yaml")):
-                for doc in yaml.safe_load_all(path.read_text()):
-                    if doc and doc.get("kind") == "CustomResourceDefinition":
-                        resources.apply(doc)
-                        names.append(doc["metadata"]["name"])
-            resources.wait_established(names)
+            install_crds(resources, REPO_CRDS)
         yield plane
     finally:
         plane.stop()

@@ -61,6 +61,18 @@ def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]]
     ]
 
 
+def install_crds(resources: ResourceClient, folder: Path) -> list[str]:
+    """Apply every CustomResourceDefinition in ``folder``'s YAML files and wait until each is Established."""
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                resources.apply(doc)
+                names.append(doc["metadata"]["name"])
+    resources.wait_established(names)
+    return names
+
+
 class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
                  operator: bool = False, capacity: dict[str, int] | None = None, fresh: bool = False,
@@ -132,15 +144,8 @@ class LocalCluster:
         """Create every CustomResourceDefinition found in ``crds_dir`` and wait until each is served."""
         if self.crds_dir is None or not self.crds_dir.is_dir():
             return []
-        names = []
         with self.client() as resources:
-            for path in sorted(self.crds_dir.glob("*.yaml")):
-                for doc in yaml.safe_load_all(path.read_text()):
-                    if doc and doc.get("kind") == "CustomResourceDefinition":
-                        resources.apply(doc)
-                        names.append(doc["metadata"]["name"])
-            resources.wait_established(names)
-        return names
+            return install_crds(resources, self.crds_dir)
 
     def operator_kubeconfig(self) -> Path:
         """The operator's credentials: a token of its ServiceAccount, bound (ClusterRole and, for its Lease, a Role)
