@@ -27,16 +27,18 @@ def is_true(status: dict[str, Any], type_: str) -> bool:
 
 
 def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
-                  at: str) -> list[dict[str, Any]]:
-    """Upsert one condition; lastTransitionTime moves only when its status flips (Kubernetes convention)."""
+                  at: str, **extra: Any) -> list[dict[str, Any]]:
+    """Upsert one condition; lastTransitionTime moves only when its status flips (Kubernetes convention).
+    ``extra``: more fields to set on it (metav1.Condition's observedGeneration, for Kueue's Workloads)."""
     out = [dict(c) for c in conditions]
     for c in out:
         if c["type"] == type_:
             if c["status"] != status:
                 c["lastTransitionTime"] = at
-            c.update(status=status, reason=reason, message=message)
+            c.update(status=status, reason=reason, message=message, **extra)
             return out
-    out.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": at})
+    out.append({"type": type_, "status": status, "reason": reason, "message": message, **extra,
+                "lastTransitionTime": at})
     return out
 
 

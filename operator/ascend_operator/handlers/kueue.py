@@ -56,7 +56,7 @@ from ..informer import Informer
 from ..job_pods import JobPods, phase, terminating
 from ..kubeclient import KUEUE_API, KUEUE_GROUP, Kube
 from ..pod_cache import JobKey
-from ..status import now
+from ..status import now, set_condition
 from .common import kube
 
 logger = logging.getLogger(__name__)
@@ -226,17 +226,8 @@ def _true(wl: dict[str, Any], type_: str) -> bool:
 
 def _set(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str, generation: int,
          at: str) -> list[dict[str, Any]]:
-    """metav1.Condition semantics: lastTransitionTime moves only when the status flips."""
-    out = [dict(c) for c in conditions]
-    for c in out:
-        if c["type"] == type_:
-            if c["status"] != status:
-                c["lastTransitionTime"] = at
-            c.update(status=status, reason=reason, message=message[:32768], observedGeneration=generation)
-            return out
-    out.append({"type": type_, "status": status, "reason": reason, "message": message[:32768],
-                "observedGeneration": generation, "lastTransitionTime": at})
-    return out
+    """A Workload condition (metav1.Condition: a message of at most 32768 characters, observedGeneration)."""
+    return set_condition(conditions, type_, status, reason, message[:32768], at, observedGeneration=generation)
 
 
 def workload_name(kind: str, name: str, uid: str) -> str:
