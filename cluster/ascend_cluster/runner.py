@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 MAX_LOCAL_GRACE_S = 3.0  # terminationGracePeriodSeconds is capped locally so that stopping stays quick
 HOST_IP = "127.0.0.1"
 LEASE_DURATION_S = 40  # the kubelet's nodeLeaseDurationSeconds
+SETUP_RETRY_SECONDS = 1.0  # a pod whose ConfigMap, Secret or claim is missing is set up again this often
 
 
 def now_rfc3339() -> str:
@@ -83,6 +84,7 @@ class RunningContainer:
     last_terminated: dict[str, Any] | None = None
     kill_deadline: float | None = None
     finished: bool = False
+    setup_error: str = ""  # why the container could not be set up on the last try (reported once per message)
 
 
 class PodRunner:
@@ -307,10 +309,15 @@ class PodRunner:
                 running = None
             if spec.get("nodeName") != self.node_name:
                 continue
-            if pod["metadata"].get("deletionTimestamp"):
-                self._terminate(pod, running)
-            else:
-                self._drive(pod, running)
+            try:
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._terminate(pod, running)
+                else:
+                    self._drive(pod, running)
+            except Exception:  # one pod's failed sync does not hold up the node's other pods
+                if self._stop.is_set():
+                    raise
+                logger.exception("pod %s/%s: sync failed; retrying on the next pass", *key)
         for key in [k for k in self._containers if k not in seen]:
             self._kill_now(self._containers.pop(key))  # removed from the API without a graceful delete
 
@@ -365,7 +372,15 @@ class PodRunner:
                 return  # finished before this runner started
             running = RunningContainer(key, pod["metadata"]["uid"], None, now_rfc3339())
             self._containers[key] = running
-            self._start(pod, running)
+            try:
+                self._start(pod, running)
+            except Exception:
+                # e.g. the node authorizer has not yet seen the binding that lets this node read the pod's
+                # ConfigMap (403 "no relationship found"): forget the attempt so the next pass tries again, as a
+                # kubelet's pod worker retries its sync
+                if running.process is None and not running.finished:
+                    self._containers.pop(key, None)
+                raise
             return
         if running.finished:
             return
@@ -387,11 +402,15 @@ class PodRunner:
         try:
             launch = container_launch(pod, pod_dir, self.root, self._lookup, self.ips, self._token)
         except PodSetupError as exc:
-            running.finished = True
-            self._patch_status(pod, self._status(pod, running, waiting={
-                "reason": "CreateContainerConfigError", "message": str(exc)}, phase="Pending"))
-            self.events.post(pod, "Failed", f"Error: {exc}", warning=True, container=container.get("name"))
+            # A kubelet keeps the pod waiting and syncs it again: the ConfigMap or claim may exist later.
+            running.restart_at = time.monotonic() + SETUP_RETRY_SECONDS
+            if str(exc) != running.setup_error:
+                running.setup_error = str(exc)
+                self._patch_status(pod, self._status(pod, running, waiting={
+                    "reason": "CreateContainerConfigError", "message": str(exc)}, phase="Pending"))
+                self.events.post(pod, "Failed", f"Error: {exc}", warning=True, container=container.get("name"))
             return
+        running.setup_error = ""
         name = container.get("name", "")
         self.events.post(pod, "Pulled", f'Container image "{container.get("image", "")}" already present on '
                                         "machine", container=name)

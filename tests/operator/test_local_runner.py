@@ -209,6 +209,25 @@ def test_a_container_that_cannot_start_fails_alone(runner, core, ns):
     assert wait_for(pod_phase(core, "after-nul", ns), lambda p: p.status.phase == "Succeeded")
 
 
+def test_a_pod_waits_for_its_config_map_and_starts_once_it_exists(runner, core, ns, cluster_root: Path):
+    """As a kubelet: a missing ConfigMap keeps the pod Pending with CreateContainerConfigError and a Warning event,
+    and the pod starts once the ConfigMap is created (the operator writes a job's ConfigMap and pods in one pass,
+    and the node authorizer may learn of the binding after the node agent first asks)."""
+    core.create_namespaced_pod(ns, python_pod("later", "print(open('/etc/cfg/greeting').read())",
+                                              volumes=[{"name": "cfg", "configMap": {"name": "later-config"}}],
+                                              container={"volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}))
+    waiting = wait_for(pod_phase(core, "later", ns), lambda p: p.status.container_statuses and
+                       p.status.container_statuses[0].state.waiting)
+    assert waiting.status.phase == "Pending"
+    assert waiting.status.container_statuses[0].state.waiting.reason == "CreateContainerConfigError"
+    assert 'configmap "later-config" not found' in waiting.status.container_statuses[0].state.waiting.message
+    warnings = [e.message for e in core.list_namespaced_event(ns).items if e.type == "Warning"]
+    assert any("later-config" in m for m in warnings), warnings
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "later-config"}, "data": {"greeting": "hello"}})
+    assert wait_for(pod_phase(core, "later", ns), lambda p: p.status.phase == "Succeeded")
+    assert read_logs(cluster_root, ns, "later") == "hello\n"
+
+
 def test_unschedulable_device_request_stays_pending(runner, core, ns):
     pod = python_pod("greedy", "print(1)", container={"resources": {"limits": {"huawei.com/Ascend910": "4"}}})
     core.create_namespaced_pod(ns, pod)
