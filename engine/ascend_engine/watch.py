@@ -14,35 +14,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 from typing import IO
 
+from .exception_line import exception_line
 from .megatron_log import MegatronLogReader, seq_length_from_argv
 from .telemetry import METRICS_PORT_ENV, report_failure, report_result, serving
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-# A Python exception line ("ValueError: ..."), as the operator's failure_cause reads logs; torchrun's own summary
-# exception is not the cause.
-_EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Interrupt|Exit))"
-                             r"(?::\s*(.*))?$")
-_LAUNCHER = ("ChildFailedError",)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["megatron"], default="megatron",
                         help="log format to read (Megatron-LM / MindSpeed-LLM iteration lines)")
     parser.add_argument("then", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- then the trainer's command")
-
-
-def exception_line(line: str) -> str | None:
-    m = _EXCEPTION_LINE.match(line.strip())
-    if not m or m.group(1) in _LAUNCHER:
-        return None
-    return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
 
 
 class Watcher:

@@ -2,16 +2,16 @@
 
 The engine writes a JSON report there (``{"status": "Failed", "message": "config.json missing in /models/x"}``);
 when it died before reporting, the kubelet put the log's tail there (``FallbackToLogsOnError``), and the cause is
-the last Python exception line in it, skipping torchrun's own ``ChildFailedError`` summary.
+the last Python exception line in it (``ascend_engine.exception_line``: a torchrun rank prefix dropped, torchrun's
+own ``ChildFailedError`` summary skipped).
 """
 from __future__ import annotations
 
 import json
-import re
+
+from ascend_engine.exception_line import exception_line
 
 MAX_CAUSE_CHARS = 400
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(.*))?$")
-_LAUNCHER_LINES = ("ChildFailedError",)
 
 
 def failure_cause(message: str | None) -> str:
@@ -26,11 +26,8 @@ def failure_cause(message: str | None) -> str:
         text = str(report.get("message") or "") if report.get("status") == "Failed" else ""
         return _shorten("; ".join(line.strip() for line in text.splitlines() if line.strip()))
     for line in reversed(message.splitlines()):
-        line = line.strip()
-        if m := _EXCEPTION_LINE.match(line):
-            if m.group(1) in _LAUNCHER_LINES:
-                continue
-            return _shorten(f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1))
+        if cause := exception_line(line):
+            return _shorten(cause)
     return ""
 
 

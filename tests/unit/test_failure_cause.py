@@ -2,6 +2,9 @@
 of the log tail the kubelet keeps (FallbackToLogsOnError), never torchrun's ChildFailedError summary."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from ascend_engine.cli import main as engine_main
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.status import derive
@@ -54,3 +57,19 @@ def test_the_engines_own_report_is_the_cause(tmp_path, monkeypatch):
 def test_figures_only_add_no_cause():
     message = failed_condition('{"iteration": 3, "loss": 2.5}')["message"]
     assert message.startswith("pod j-0 failed: exit code 1 (Error); permanent")
+
+
+def test_a_trainer_raising_under_torchrun_names_its_exception(tmp_path):
+    """A bring-your-own trainer (``progress: none``) raising under a real torchrun: torchrun prefixes the worker's
+    lines with ``[rank0]:``, and the cause is still the worker's exception, from the log tail the kubelet keeps."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "dist.init_process_group('gloo')  # from here on torch prefixes uncaught errors with the rank\n"
+                      "raise ValueError('bad batch 7')\n")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(script)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    tail = "\n".join((run.stdout + run.stderr).splitlines()[-80:])  # FallbackToLogsOnError keeps the last lines
+    assert "[rank0]: ValueError: bad batch 7" in tail, tail
+    message = failed_condition(tail)["message"]
+    assert message.startswith("pod j-0 failed: exit code 1 (Error): ValueError: bad batch 7"), message
