@@ -71,7 +71,7 @@ def test_unreadable_inputs_and_bad_config(tmp_path, tokenizer_dir, capsys):
     good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
     assert preprocess("--input", good, *args, "--handler-name", "AlpacaStyleInstructionHandler",
                       "--prompt-type", "chatml", "--map-keys", '{"prompt": "q",') == 2
-    assert "mapKeys: Value error, not valid JSON" in capsys.readouterr().err
+    assert "mapKeys: not valid JSON" in capsys.readouterr().err
     assert preprocess("--input", good, *args, "--handler-name", "AlpacaStyleInstructionHandler",
                       "--prompt-type", "chatml", "--map-keys", '{"answer": "a"}') == 2
     assert "mapKeys: unknown key 'answer'" in capsys.readouterr().err

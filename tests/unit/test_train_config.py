@@ -50,3 +50,22 @@ def test_whole_manifest_is_read_from_spec_train(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(ConfigError, match=r"atj.yaml:8: spec.train.training.microBatchSize"):
         command.load_config(parse("--config", str(job)))
+
+
+def test_a_null_in_a_plain_engine_file_is_refused_without_talk_of_kubernetes(tmp_path, monkeypatch):
+    """``metricsPort: null`` in the engine's own YAML names the field, the line and what to write; the Kubernetes
+    API server (why null is refused at all) is only mentioned for a custom resource, where it applies."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    plain = tmp_path / "engine.yaml"
+    plain.write_text("training:\n  trainIters: 2\nobservability:\n  metricsPort: null\n")
+    with pytest.raises(ConfigError) as err:
+        command.load_config(parse("--config", str(plain)))
+    message = str(err.value)
+    assert f"{plain}:4: observability.metricsPort" in message and "write 0 to disable" in message
+    assert "Kubernetes" not in message
+    manifest = tmp_path / "atj.yaml"
+    manifest.write_text("apiVersion: ascendtrain.dev/v1alpha1\nkind: AscendTrainJob\nmetadata: {name: x}\n"
+                        "spec:\n  train:\n    observability:\n      metricsPort: null\n")
+    with pytest.raises(ConfigError, match=r"atj.yaml:7: spec.train.observability.metricsPort: null is not kept by "
+                                          r"the Kubernetes API server"):
+        command.load_config(parse("--config", str(manifest)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo
 from pydantic.alias_generators import to_camel
 
 
@@ -55,10 +55,13 @@ def not_null(instead: str) -> BeforeValidator:
     a non-nullable field is dropped and defaulted too. So "null means off" would silently turn back into the
     default on the next apply; these fields say "off" with an explicit value instead."""
 
-    def check(value: Any) -> Any:
+    def check(value: Any, info: ValidationInfo) -> Any:
         if value is None:
-            raise ValueError(f"null is not kept by the Kubernetes API server (it removes the field and applies the "
-                             f"default); write {instead}")
+            if (info.context or {}).get("kubernetes", True):
+                raise ValueError(f"null is not kept by the Kubernetes API server (it removes the field and applies "
+                                 f"the default); write {instead}")
+            raise ValueError(f"null is not a value of this field: write {instead}, or leave the field out for its "
+                             f"default")
         return value
 
     return BeforeValidator(check)

@@ -74,7 +74,7 @@ def format_validation_error(err: ValidationError, source: str, lines: dict[tuple
                 break
         where = f"command line {flag}" if flag else f"{source}:{line}" if line else source
         field = ".".join(str(p) for p in loc) or "(root)"
-        out.append(f"{where}: {field}: {e['msg']}")
+        out.append(f"{where}: {field}: {e['msg'].removeprefix('Value error, ')}")  # pydantic's prefix says nothing
     return "\n".join(out)
 
 
@@ -191,6 +191,7 @@ def build_config(model: type[M], args: argparse.Namespace, dests: dict[str, tupl
             _set_path(data, path, getattr(args, dest))
             given[path] = flag_names.get(path, dest)
     try:
-        return model.model_validate(data)
+        # a plain engine file never met a Kubernetes API server: its errors do not speak of one
+        return model.model_validate(data, context={"kubernetes": bool(prefix)})
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, source, lines, prefix, given)) from None
