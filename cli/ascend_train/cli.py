@@ -38,7 +38,7 @@ from ascend_cluster.pod_environment import ContainerPathView
 from ascend_cluster.pod_logs import FollowedLog, read_container_log
 from ascend_cluster.resource_client import ApiRequestError, ApiResource, ResourceClient
 from ascend_cluster.runner import pod_log_path
-from ascend_operator.api.group import LABEL_JOB_NAME
+from ascend_operator.api.group import LABEL_JOB_NAME, LABEL_REPLICA_INDEX
 
 from .printing import table
 
@@ -115,8 +115,16 @@ def _tables(resources: ResourceClient, jobs: list[tuple[ApiResource, dict[str, A
     return "\n\n".join(blocks), current
 
 
-def _heartbeat(resources: ResourceClient, current: list[dict[str, Any]]) -> str:
-    """One line of what is happening now: each job's phase, progress and latest condition, and its pods."""
+def _latest_log_line(root: Path, pod: dict[str, Any]) -> str:
+    """The last line a pod printed (rank 0's start-up lines: ``[train]  19.1s building the model ...``)."""
+    meta = pod["metadata"]
+    text = read_container_log(pod_log_path(root, meta["namespace"], meta["name"])).decode(errors="replace")
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def _heartbeat(resources: ResourceClient, current: list[dict[str, Any]], root: Path) -> str:
+    """One line of what is happening now: each job's phase, progress and latest condition, and its pods; before
+    the first iteration, what the first pod (rank 0) last printed."""
     pods = resources.list(resources.resolve("pods"), None)
     parts = []
     for obj in current:
@@ -132,6 +140,10 @@ def _heartbeat(resources: ResourceClient, current: list[dict[str, Any]]) -> str:
         if mine:
             what += "; pods " + ", ".join(f"{p['metadata']['name']} {(p.get('status') or {}).get('phase', 'Pending')}"
                                           for p in mine)
+            first = min(mine, key=lambda p: int((p["metadata"].get("labels") or {}).get(LABEL_REPLICA_INDEX, 0)))
+            if not progress.get("iteration") and (first.get("status") or {}).get("phase") == "Running" and \
+                    (line := _latest_log_line(root, first)):
+                what += f"; {first['metadata']['name']}: {line[:120]}"
         elif not status.get("conditions"):
             what += " (the operator has not picked it up yet)"
         parts.append(what)
@@ -172,7 +184,8 @@ def demo(args: argparse.Namespace) -> int:
                     print(f"\n[{time.monotonic() - started:6.1f}s]\n{text}", flush=True)
                     last_key, said = key, time.monotonic()
                 elif time.monotonic() - said >= HEARTBEAT_S:
-                    print(f"[{time.monotonic() - started:6.1f}s] {_heartbeat(resources, current)}", flush=True)
+                    print(f"[{time.monotonic() - started:6.1f}s] {_heartbeat(resources, current, cluster.root)}",
+                          flush=True)
                     said = time.monotonic()
                 if all((o.get("status") or {}).get("phase") in TERMINAL_PHASES for o in current):
                     break

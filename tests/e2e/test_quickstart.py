@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ascend_train.cli import main as ascend_train
+from ascend_train.cli import _heartbeat, main as ascend_train
 from ascend_cluster.cluster import LocalCluster
 from ascend_operator.sdk import InvalidSpec, TrainClient
 
@@ -72,7 +72,7 @@ def _failure_is_where_users_look(cluster: LocalCluster, capsys) -> None:
 def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, capsys):
     job = quickstart_job()
     train_iters = job["spec"]["train"]["training"]["trainIters"]
-    seen_running_progress = []
+    seen_running_progress, heartbeats = [], []
     with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster, \
             TrainClient(cluster.kubeconfig) as sdk:
         create_workspace(cluster)
@@ -98,6 +98,9 @@ def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, ca
                 _failure_is_where_users_look(cluster, capsys)
             if status.phase == "Running" and status.progress.get("iteration"):
                 seen_running_progress.append(status.progress["iteration"])
+            elif status.phase == "Running":  # what `local demo` prints while the pods start: rank 0's latest line
+                with cluster.client() as resources:
+                    heartbeats.append(_heartbeat(resources, [status.raw], cluster.root))
             time.sleep(0.5)
             status = sdk.get("quickstart")
         done = sdk.wait("quickstart", "Succeeded", timeout=5)
@@ -114,6 +117,7 @@ def test_quickstart_runs_to_success_with_live_progress_from_the_sdk(tmp_path, ca
     # Progress was read live from rank 0 while training ran, and the final figures came with the exit.
     assert "nodata" in seen_running_progress, "the job without data did not fail while the quickstart ran"
     assert [i for i in seen_running_progress if i != "nodata"], "no live progress while Running"
+    assert any("; quickstart-0-0: [t" in line for line in heartbeats), heartbeats  # [torchrun] or [train] ...
     progress = status["progress"]
     assert progress["iteration"] == train_iters == progress["trainIters"]
     assert math.isfinite(progress["loss"]) and progress["loss"] < 5.0
