@@ -91,7 +91,8 @@ def main() -> None:
     from ascend_engine.device import select_backend
     from ascend_engine.models.gpt import rope_positions
     from ascend_engine.train.batches import micro_batches
-    from ascend_engine.train.loop import Trainer, unwrap
+    from ascend_engine.models.wrappers import unwrap
+    from ascend_engine.train.loop import Trainer
     from ascend_engine.train.stages.language_model import masked_mean_loss
 
     workdir = tempfile.TemporaryDirectory(prefix="train-step-bench-")

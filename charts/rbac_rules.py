@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
+from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
 
 TARGET = Path(__file__).resolve().parent / "ascend-train-operator" / "files" / "rbac-rules.yaml"
 

@@ -1,5 +1,5 @@
 """Every API permission the operator uses, collected from the code itself: the Helm chart's RBAC is rendered
-from this list (a test fails if the operator calls something the chart does not grant).
+from this list (``rbac.py``; a test fails if the operator calls something the chart does not grant).
 
 ``Kube`` methods declare theirs with ``@uses(...)``; kopf's own needs are declared here.
 """
@@ -45,15 +45,7 @@ uses("", "pods", "list", "watch")
 uses("kueue.x-k8s.io", "workloads", "list", "watch")
 
 
-# Leader election (leader_election.py): the Lease in the operator's own namespace only, so the chart grants it
-# with a Role there, apart from the rules above.
-LEADER_ELECTION_RULES = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                          "verbs": ["create", "get", "update"]}]
-
-
-def rules() -> list[dict[str, list[str]]]:
-    """RBAC rules, one per group and resource, verbs sorted: the chart's ClusterRole/Role."""
-    from . import kubeclient  # noqa: F401  (its @uses declarations run on import)
-
-    return [{"apiGroups": [group], "resources": [resource], "verbs": sorted(verbs)}
-            for (group, resource), verbs in sorted(_USED.items())]
+def used() -> dict[tuple[str, str], set[str]]:
+    """What has been declared so far: (group, resource) -> verbs (``rbac.rules`` imports every declaring module
+    first)."""
+    return {key: set(verbs) for key, verbs in _USED.items()}

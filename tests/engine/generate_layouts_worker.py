@@ -24,7 +24,8 @@ EOS = 3
 def run_layout(backend, tp: int, pp: int) -> dict:
     from megatron.core import parallel_state
 
-    from ascend_engine.generate.batched import Sampling, generate_batch
+    from ascend_engine.generate.batched import generate_batch
+    from ascend_engine.generate.tokens import Sampling
     from ascend_engine.models.gpt import build_gpt_model
 
     info = init_parallel(backend, tp, pp, seed=1)

@@ -27,7 +27,8 @@ FROZEN_CHECK = textwrap.dedent("""
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.models.lora import is_adapter_key
-    from ascend_engine.train.loop import Trainer, unwrap
+    from ascend_engine.models.wrappers import unwrap
+    from ascend_engine.train.loop import Trainer
     trainer = Trainer(TrainConfig.model_validate(yaml.safe_load(open(sys.argv[1]))), select_backend("cpu"))
     params = dict(unwrap(trainer.model).named_parameters())
     before = {k: p.detach().clone() for k, p in params.items()}

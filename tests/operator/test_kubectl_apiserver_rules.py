@@ -67,7 +67,7 @@ def test_the_charts_rbac_grants_what_the_operator_uses_and_no_more(control_plane
     """The chart's ServiceAccount, bound to exactly the rules it grants (``ascend_operator.permissions``): what the
     operator calls works, Secrets and other namespaces' Leases are kube-apiserver's 403 naming user, verb and
     resource."""
-    from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
+    from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
 
     name = f"ascend-train-operator-{namespace}"  # its ClusterRole and ClusterRoleBinding are the test's own
     objects = operator_rbac(namespace, name, rules(), LEADER_ELECTION_RULES)

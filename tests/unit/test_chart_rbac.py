@@ -9,7 +9,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from ascend_operator.permissions import LEADER_ELECTION_RULES, rules
+from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ascend-train-operator"

@@ -281,7 +281,7 @@ def test_preprocess_data_keeps_the_handler_and_its_keys(tmp_path, capsys):
                                           ("002-l330.sh", "job-002-l330"), ("__.sh", "imported-job"),
                                           ("x" * 80 + ".sh", "x" * 63)])
 def test_default_names_are_dns_1035_labels(script, name):
-    from ascend_engine.importer.job import job_name
+    from ascend_engine.importer.parts import job_name
 
     assert job_name(script) == name
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63

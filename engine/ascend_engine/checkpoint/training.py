@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import torch
 
+from ..models.wrappers import unwrap
 from .distrib_optim import load_distributed_optimizer
 from .layout import MODEL_FILE, RELEASE, iteration_dir, rank_dir_name, read_latest
 from .manifest import CorruptCheckpoint, read_manifest, read_verified
@@ -73,7 +74,6 @@ def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWri
     caller ``finish``es the returned write (collective) before the checkpoint counts."""
     from megatron.core import parallel_state
 
-    from ..train.loop import unwrap
 
     cfg, info = trainer.cfg, trainer.info
     rngs = _gather_over_dp(rng_state())
@@ -216,7 +216,6 @@ def _report_fallback(root, latest, used, problems: list[str], rank0: bool) -> No
 def _load_model(trainer, state: dict, where, adapters: bool) -> None:
     """Base weights (adapters excluded, with LoRA) or adapter weights only, every expected key present; one state
     dict per model chunk (``model0``, ``model1``, ... with virtual pipeline stages)."""
-    from ..train.loop import unwrap
 
     for i, chunk in enumerate(trainer.chunks):
         key = "model" if len(trainer.chunks) == 1 else f"model{i}"

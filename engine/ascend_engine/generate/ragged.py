@@ -13,6 +13,7 @@ import torch
 
 from ..models.cached_rotary import CachedRotarySelfAttention
 from ..models.inference_linears import direct_linears
+from .tokens import Generated, pick_tokens
 
 
 def direct_path_fits(gpt) -> bool:
@@ -63,7 +64,6 @@ def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device) -> t
 def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
-    from .batched import Generated
 
     with torch.inference_mode(), direct_linears(gpt):
         tokens, log_probs, response_len = _decode(gpt, prompts, **kwargs)
@@ -74,7 +74,6 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
 def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int, total: int,
             sampling, uniform: torch.Tensor | None, pad_id: int, finished, device):
     from ..models.ragged_cache import RaggedKVCache
-    from .batched import pick_tokens
 
     b = len(prompts)
     lengths = torch.tensor([len(p) for p in prompts])

@@ -15,7 +15,8 @@ def generate(cfg: GenerateConfig) -> str | None:
     from transformers import AutoTokenizer
 
     from ..parallel import destroy_parallel, init_parallel
-    from .batched import Sampling, generate_batch
+    from .batched import generate_batch
+    from .tokens import Sampling
     from .loading import layout, load_model, read_args
 
     iteration, args = read_args(cfg.load)

@@ -20,8 +20,9 @@ import yaml
 
 from ..config.loader import ConfigError
 from .accelerations import NO_EFFECT_REASON
-from .job import DEFAULT_IMAGE, ImportedJob, import_script
+from .job import import_script
 from .keep import import_as_is
+from .parts import DEFAULT_IMAGE, ImportedJob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from ..config.evaluate import EvaluateConfig
 from ..config.loader import ConfigError, format_validation_error
 from ..generate.config import GenerateConfig
 from .launch import Launch
+from .parts import ImportedJob, hccl_and_env, int_value, launch_shape, paths_named, pod_shape
 from .shell import Script
 from .train_flags import MappedFlags, map_flags, train_parser
 
@@ -65,7 +66,6 @@ def _evaluation(script: Script, launch: Launch, source: str, image: str, name: s
     from ascend_operator.api.group import TRAIN_JOB
     from ascend_operator.api.train_job import AscendTrainJobSpec
 
-    from .job import ImportedJob, _hccl_and_env, _launch_shape, _paths, _pod_shape
 
     notes: list[str] = []
     flags = []
@@ -80,14 +80,14 @@ def _evaluation(script: Script, launch: Launch, source: str, image: str, name: s
         flags.append((flag, values))
     mapped, from_checkpoint = _map(flags, EvaluateConfig)
     notes += from_checkpoint
-    nproc, nnodes, shape_notes = _launch_shape(launch.launcher, launch.line)
-    hccl, env, env_notes = _hccl_and_env(script)
+    nproc, nnodes, shape_notes = launch_shape(launch.launcher, launch.line)
+    hccl, env, env_notes = hccl_and_env(script)
     evaluation = mapped.data
     gaps = [f"no {what}: {flag} not resolved" for key, flag, what in (
         ("load", "--load", "checkpoint to evaluate"), ("tokenizerNameOrPath", "--tokenizer-name-or-path", "tokenizer"),
         ("task", "--task", "task"), ("taskDataPath", "--task-data-path", "task data")) if not evaluation.get(key)]
     gaps += _unset(script)
-    spec = _pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
+    spec = pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
     because = "".join(f"\n  likely because: {g}" for g in gaps)  # an unresolved variable, not the script
     where = f"{source}:{launch.line}"
     try:
@@ -104,25 +104,24 @@ def _evaluation(script: Script, launch: Launch, source: str, image: str, name: s
         metadata["namespace"] = namespace
     manifest = {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.kind, "metadata": metadata, "spec": spec}
     return ImportedJob(manifest, mapped.skipped, shape_notes + notes + env_notes + _warnings(script, source),
-                       _paths(spec["evaluation"], mapped.skipped), gaps, no_effect=mapped.no_effect)
+                       paths_named(spec["evaluation"], mapped.skipped), gaps, no_effect=mapped.no_effect)
 
 
 def _generation(script: Script, launch: Launch, source: str):
-    from .job import ImportedJob, _int
 
     layout = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1}
     flags = []
     for flag, values in launch.flags:
         if flag in layout and values:  # the checkpoint's layout: generate runs TP x PP processes
-            layout[flag] = _int(values[0], flag, launch.line)
+            layout[flag] = int_value(values[0], flag, launch.line)
         else:
             flags.append((flag, values))
     mapped, notes = _map(flags, GenerateConfig)
     tp, pp = layout.values()
     devices = tp * pp
     notes.insert(0, f"generate runs at the checkpoint's own layout: {devices} process(es) for TP {tp} x PP {pp}")
-    launched = _int(launch.launcher.get("nproc-per-node") or "1", "--nproc_per_node", launch.line) * \
-        _int(launch.launcher.get("nnodes") or "1", "--nnodes", launch.line)
+    launched = int_value(launch.launcher.get("nproc-per-node") or "1", "--nproc_per_node", launch.line) * \
+        int_value(launch.launcher.get("nnodes") or "1", "--nnodes", launch.line)
     if launched != devices:
         notes.append(f"the script launched {launched} process(es); generate needs exactly TP x PP = {devices}")
     gaps = [f"no {what}: {flag} not resolved" for key, flag, what in (

@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config.loader import ConfigError, format_validation_error
-from .job import _LAUNCHER_PER_POD, ImportedJob, _hccl_and_env, _launch_shape, _pod_shape, job_name
 from .launch import find_launch
+from .parts import LAUNCHER_PER_POD, ImportedJob, hccl_and_env, job_name, launch_shape, pod_shape
 from .shell import ScriptError, read_script
 from .tools import tool_of
 
@@ -28,25 +28,25 @@ def import_as_is(text: str, source: str, *, image: str, name: str | None = None,
     try:
         script = read_script(text, preset)
         launch, other_launches = find_launch(script, skip=lambda c: tool_of(c) is not None)
-        nproc, nnodes, _ = _launch_shape(launch.launcher, launch.line)
+        nproc, nnodes, _ = launch_shape(launch.launcher, launch.line)
     except ScriptError as e:
         raise ConfigError(f"{source}: {e}") from None
     notes = [f"{source}:{c.line}: another command ({' '.join(c.words[:3])} ...) not carried over"
              for c in script.commands if c.line != launch.line]
     notes += [f"torchrun --{k} {v}: set per pod by the operator (PET_* variables)"
-              for k, v in launch.launcher.items() if k in _LAUNCHER_PER_POD]
+              for k, v in launch.launcher.items() if k in LAUNCHER_PER_POD]
     notes += [f"{source}: {w}" for w in script.warnings]
-    launcher = [f"--{k}={v}" for k, v in launch.launcher.items() if k not in _LAUNCHER_PER_POD | _SHAPE_OPTIONS]
+    launcher = [f"--{k}={v}" for k, v in launch.launcher.items() if k not in LAUNCHER_PER_POD | _SHAPE_OPTIONS]
     entry = launch.entry_point.split(" ", 1) if launch.entry_point.startswith("-m ") else [launch.entry_point]
     args = [*launch.stray, *(word for flag, values in launch.flags for word in (flag, *values))]
     if not launch.entry_point.startswith("-m ") and not launch.entry_point.startswith("/") and not workdir:
         notes.append(f"{launch.entry_point} is a relative path: the container's working directory must be the "
                      "checkout that has it (--workdir, or the image's WORKDIR)")
-    hccl, env, env_notes = _hccl_and_env(script)
+    hccl, env, env_notes = hccl_and_env(script)
     trainer: dict[str, Any] = {"command": ["torchrun", *launcher, *entry], "args": args}
     if workdir:
         trainer["workingDir"] = workdir
-    spec = _pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
+    spec = pod_shape(image, nnodes, nproc, launch.launcher, hccl, env)
     spec["trainer"] = trainer
     try:
         AscendTrainJobSpec.model_validate(spec)

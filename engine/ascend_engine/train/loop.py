@@ -8,6 +8,7 @@ import torch
 
 from ..config.train import TrainConfig
 from ..device import Backend
+from ..models.wrappers import unwrap
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress, preference_fields, say, started_up
 from .logline import StepStats, flops_per_step, format_line
@@ -29,13 +30,6 @@ class TrainResult:
     seconds: float
     checkpoint: str | None
     preempted: bool = False  # stopped early on SIGTERM (after saving, when checkpoint.save is set)
-
-
-def unwrap(module):
-    """The GPTModel inside DDP / Float16Module wrappers."""
-    while hasattr(module, "module"):
-        module = module.module
-    return module
 
 
 class Trainer:

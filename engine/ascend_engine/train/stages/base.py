@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ...config.train import TrainConfig
+from ...models.wrappers import unwrap
 
 Batch = dict[str, torch.Tensor]
 
@@ -45,7 +46,6 @@ class Stage:
 def model_inputs(trainer, model, batch: Batch) -> tuple:
     """(tokens, positions, attention mask) of ``batch`` on the device, as the model's forward takes them."""
     from ...models.gpt import rope_positions
-    from ..loop import unwrap
 
     device = trainer.backend.torch_device
     tokens = batch["tokens"].to(device)  # token ids were checked on the host (micro_batches)

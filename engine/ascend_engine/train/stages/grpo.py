@@ -17,6 +17,7 @@ from functools import partial
 import torch
 
 from ...config.train import TrainConfig
+from ...models.wrappers import unwrap
 from ...rl.grpo import aggregate, grpo_loss
 from .base import Batch, Stage, real_vocab_cross_entropy
 from .preference import PreferenceStage
@@ -54,7 +55,6 @@ class GrpoStage(Stage):
     # ------------------------------------------------------------ rollout, rewards, reference
 
     def prepare(self, batches: list[Batch]) -> list[Batch]:
-        from ..loop import unwrap
         from .rollout import roll_out, rollout_generator
 
         trainer, t = self.trainer, self.cfg.training
@@ -137,7 +137,6 @@ class GrpoStage(Stage):
     def _logits(self, model, batch: Batch) -> torch.Tensor:
         """Vocabulary-parallel logits [b, s, v/tp] on the last pipeline stage, hidden states elsewhere."""
         from ...models.gpt import rope_positions
-        from ..loop import unwrap
 
         device = self.trainer.backend.torch_device
         tokens = batch["tokens"].to(device)

@@ -21,6 +21,7 @@ import torch
 
 from ...config.loader import ConfigError
 from ...config.train import TrainConfig
+from ...models.wrappers import unwrap
 from .base import Batch, Stage, per_token_loss
 from .preference_loss import dpo_losses, sequence_logps, simpo_losses
 
@@ -50,7 +51,6 @@ class PreferenceStage(Stage):
         from megatron.core.transformer.module import Float16Module
 
         from ...models.gpt import build_gpt_model
-        from ..loop import unwrap
 
         cfg, trainer = self.cfg, self.trainer
         ref_path = cfg.preference.refModel
@@ -83,7 +83,6 @@ class PreferenceStage(Stage):
             yield self.reference
             return
         from ...models.lora import adapters_disabled
-        from ..loop import unwrap
 
         model = self.trainer.model
         model.eval()

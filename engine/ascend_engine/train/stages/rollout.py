@@ -49,7 +49,8 @@ def roll_out(gpt, prompts: list[list[int]], references: list[str], cfg: GrpoConf
     """Sample, score and lay out the responses to ``prompts`` (collective over the model-parallel group).
 
     ``score_rows(tokens, loss_mask)``: the reward model's scores [R] of the laid-out rows (collective too)."""
-    from ...generate.batched import Sampling, generate_batch
+    from ...generate.batched import generate_batch
+    from ...generate.tokens import Sampling
 
     start = time.perf_counter()
     n = cfg.nSamplesPerPrompt
