@@ -96,7 +96,7 @@ def preprocess(cfg: PrepConfig, stream: TextIO | None = None) -> int:
                     report_result({"status": "Failed", "reason": "BadRecords",
                                    "message": f"{errors.count} bad record(s) (onError=fail), first {first}", "errors": {
                         "count": errors.count, "listed": errors.listed[:5]}})
-                    stream.write(f"ascend-engine preprocess: bad records (onError=fail), no output written:\n"
+                    stream.write("ascend-engine preprocess: bad records (onError=fail), no output written:\n"
                                  + "\n".join(errors.lines()) + "\n"
                                  "  (fix them, or pass --on-error skip to leave them out)\n")
                     return 1

@@ -479,7 +479,6 @@ def gate(kind: str, obj: dict[str, Any], suspended: bool, render: Callable[[], l
 
 def _gate(kind: str, obj: dict[str, Any], key: JobKey, suspended: bool, render: Callable[[], list[dict[str, Any]]],
           pods: JobPods) -> bool:
-    meta = obj["metadata"]
     at = now()
     wl = _find(kind, obj)
     if wl is not None and wl["metadata"].get("deletionTimestamp"):
