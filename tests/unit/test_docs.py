@@ -201,9 +201,17 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str], known_only: bool) -
     return None
 
 
+def _open_quote(text: str) -> bool:
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def command_lines(block: Block) -> list[tuple[int, str]]:
-    """(line offset, command line) for a shell block: continuation lines joined; in a console block only the
-    lines after a ``$`` prompt."""
+    """(line offset, command line) for a shell block: continuation lines and quoted strings that span lines
+    (``GPT_ARGS="..."`` in a launch script) joined; in a console block only the lines after a ``$`` prompt."""
     out, pending, first = [], "", 0
     for offset, raw in enumerate(block.text.splitlines(), start=1):
         line = raw
@@ -215,6 +223,9 @@ def command_lines(block: Block) -> list[tuple[int, str]]:
             first = offset
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
+            continue
+        if _open_quote(pending + line):
+            pending += line + "\n"
             continue
         out.append((first, pending + line))
         pending = ""
@@ -278,6 +289,8 @@ def test_the_command_checks_catch_drift():
     assert check_command(["make", "no-such-target"], targets)
     assert simple_commands("A=1 ascend-train local up & ascend-train get atj # note") == \
         [["ascend-train", "local", "up"], ["ascend-train", "get", "atj"]]
+    script = Block(ROOT / "README.md", 1, "bash", 'GPT_ARGS="\n    --tp 2 \\\n"\nascend-train get atj \\\n  -A\n')
+    assert [line.split() for _, line in command_lines(script)][-1] == ["ascend-train", "get", "atj", "-A"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_ids())
