@@ -16,5 +16,5 @@ def test_every_page_states_the_history_bound_of_the_code():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for number in HISTORY_POINTS.findall(page.read_text()):
             stated.setdefault(int(number), []).append(page.relative_to(ROOT).as_posix())
-    assert len(sum(stated.values(), [])) >= 3, stated  # README, sdk.md and architecture.md say it
+    assert len(sum(stated.values(), [])) >= 3, stated  # metrics.md, sdk.md and architecture.md say it
     assert set(stated) == {MAX_POINTS}, stated
