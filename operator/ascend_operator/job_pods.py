@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import attempts
-from .api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
+from .api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, POD_FINALIZER
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
 _CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disruption.py; PodScheduled's time: elastic.py
@@ -37,6 +37,8 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
                            if k in labels}}
     if meta.get("deletionTimestamp"):
         out_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    if meta.get("finalizers"):
+        out_meta["finalizers"] = list(meta["finalizers"])
     out_status = {k: status[k] for k in ("phase", "podIP", "reason", "message") if status.get(k)}
     conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
                   for c in status.get("conditions") or [] if c.get("type") in _CONDITIONS]
@@ -65,6 +67,11 @@ def ready(pod: dict[str, Any]) -> bool:
 
 def terminating(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def held(pod: dict[str, Any]) -> bool:
+    """Whether the pod still carries the operator's finalizer (``POD_FINALIZER``)."""
+    return POD_FINALIZER in (pod["metadata"].get("finalizers") or ())
 
 
 class JobPods:

@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from . import metrics
 from .event_correlator import EventCorrelator
 from .json_transport import JsonTransport
-from .api.group import API_GROUP, API_VERSION, KINDS
+from .api.group import API_GROUP, API_VERSION, KINDS, POD_FINALIZER
 from .permissions import uses, uses_on_kinds
 from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
@@ -31,6 +31,7 @@ _CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"
 _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_API = f"/apis/{KUEUE_GROUP}/v1beta2"
 # How often the kubeconfig's credentials are checked for expiry. The client checks before every request, and
@@ -252,6 +253,23 @@ class Kube:
     def list_custom(self, kind: str) -> list[dict[str, Any]]:
         """All objects of one of our kinds in every namespace."""
         return self._list_all(self._custom_path(kind), {})
+
+    @uses("", "pods", "patch")
+    def release_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """Remove the operator's finalizer (``POD_FINALIZER``) from this very pod: a strategic merge patch with
+        ``$deleteFromPrimitiveList``, so another controller's finalizers stay and a pod without ours is left as it
+        is; the uid in the patch makes it fail on a newer pod of that name. The pod as it is now (a pod being
+        deleted goes once its last finalizer does), or None: gone, or another pod of that name (404, 409, 422).
+        One request a pod: a gang of N pods is N patches (the API has no way to patch several pods at once)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        patch = {"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [POD_FINALIZER]}}
+        try:
+            return _retrying(lambda: self._json("PATCH", path, patch, content_type=STRATEGIC_MERGE_PATCH),
+                             retry_conflict=False)
+        except ApiException as e:
+            if e.status not in (404, 409, 422):
+                raise
+            return None
 
     @uses("", "pods", "patch")
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> bool:

@@ -13,6 +13,14 @@ Fed four ways, all under one lock:
 
 A DELETED event removes a pod only if the uid matches, so a late event of a deleted pod never removes the
 recreated pod of the same name.
+
+A pod's end is never missed: every pod the operator creates carries its finalizer (``POD_FINALIZER``), so a pod
+deleted while the operator was not watching (stopped during a failover, or busy reconciling the job) stays in the
+API, with a deletionTimestamp and its last status (Failed, ``DisruptionTarget: DeletionByPodGC``), and so here:
+the watch or the listing shows it, and ``status.derive`` reads why it ended, not a pod gone without a word. The
+operator removes the finalizer (``handlers.lifecycle._release``) once the reconcile that saw the pod terminating
+has written the job's status; its DELETED event then removes it here. ``forget`` keeps such pods of a job that is
+gone, so their finalizers are removed too.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
-from .job_pods import JobPods, slim
+from .job_pods import JobPods, held, slim
 
 JobKey = tuple[str, str, str]  # (kind, namespace, job name)
 
@@ -120,6 +128,20 @@ class PodCache:
             if old is None or old["metadata"]["uid"] != new["metadata"]["uid"] or _rv(old) < _rv(new):
                 pods.put(new)
 
+    def released(self, pod: dict[str, Any]) -> None:
+        """A pod the operator just removed its finalizer from (the API's answer): updates the pod held, never adds
+        it back: a pod with no finalizer left and a deletionTimestamp is gone at once, and its DELETED event may
+        have come first."""
+        key = job_key(pod)
+        if key is None:
+            return
+        new = slim(pod)
+        with self._lock:
+            pods = self._jobs.get(key)
+            old = pods.get(new["metadata"]["name"]) if pods is not None else None
+            if old is not None and old["metadata"]["uid"] == new["metadata"]["uid"] and _rv(old) < _rv(new):
+                pods.put(new)
+
     def deleting(self, key: JobKey, name: str, uid: str, at: str) -> None:
         """The operator asked to delete this pod: it counts as terminating until its DELETED event."""
         with self._lock:
@@ -167,11 +189,21 @@ class PodCache:
         self._seeded.add(key)
 
     def forget(self, key: JobKey) -> None:
-        """The job is gone: its pods go with it (their DELETED events then find nothing)."""
+        """The job is gone: its pods go with it (their DELETED events then find nothing), except those that still
+        carry the operator's finalizer: they exist until it is removed, and the reconcile of the gone job removes
+        it from those being deleted (the garbage collector deletes the others, and their events queue the job)."""
         with self._lock:
-            self._jobs.pop(key, None)
+            pods = self._jobs.pop(key, None)
+            kept = [p for p in pods if held(p)] if pods is not None else []
+            if kept:
+                self._jobs[key] = JobPods(kept)
             self._seeded.discard(key)
             self._deleted_uids.pop(key, None)
+
+    def holds(self, key: JobKey) -> bool:
+        """Whether the cache still has pods of this job (after ``forget``: pods with the operator's finalizer)."""
+        with self._lock:
+            return bool(self._jobs.get(key))
 
     def size(self) -> int:
         with self._lock:

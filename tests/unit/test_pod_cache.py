@@ -146,3 +146,81 @@ def test_a_new_listing_replaces_the_namespace_and_names_the_jobs_that_changed():
     assert pods.live_count == 1 and pods.count("Running") == 1
     assert cache.replace("default", []) == {KEY, ("AscendTrainJob", "default", "other")}
     assert cache.size() == 0
+
+
+FINALIZER = "ascendtrain.dev/pod-tracking"
+NODE_GONE = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+             "message": "PodGC: node no longer exists", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+RUNNING_JOB = {"phase": "Running", "conditions": [{"type": "Created", "status": "True", "reason": "Created",
+                                                   "message": "created", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+
+def gc_pod(i, rv, deleting=True, finalizers=(FINALIZER,)):
+    """What PodGC leaves of a pod whose node was deleted: Failed, DisruptionTarget, being deleted; the finalizer
+    keeps it in the API."""
+    p = pod(i, rv=rv, phase_="Failed", deleting=deleting, job="big", attempt=0)
+    p["status"]["conditions"].append(NODE_GONE)
+    p["metadata"]["finalizers"] = list(finalizers)
+    p["spec"]["nodeName"] = "node-2"
+    return p
+
+
+def test_a_pod_held_by_the_finalizer_keeps_its_last_status_and_derive_reads_a_node_fault():
+    from ascend_operator.api.run_policy import RunPolicy
+    cache = PodCache()
+    # The operator was stopped while PodGC failed and deleted pod 1: its listing at start-up shows it held.
+    cache.replace("default", [pod(0, rv=1, phase_="Running", is_ready=True, attempt=0), gc_pod(1, rv=2)])
+    pods = cache.pods(KEY, never_listed)
+    held_pod = pods.get("big-1-0")
+    assert held_pod["metadata"]["finalizers"] == [FINALIZER] and held_pod["metadata"]["deletionTimestamp"]
+    assert held_pod["status"]["phase"] == "Failed" and held_pod["spec"] == {"nodeName": "node-2"}
+    assert pods.terminating == 1 and pods.live_count == 1
+    status = derive(pods.attempt(0), 2, RUNNING_JOB, RunPolicy(backoffLimit=0))
+    assert status["phase"] == "Restarting" and status["disruptions"] == 1, status
+    assert [(a["node"], a["reason"]) for a in status["avoidedNodes"]] == [("node-2", "NodeFault")]
+    assert "DeletionByPodGC" in status["avoidedNodes"][0]["message"]
+    # Without the finalizer the same pod is simply gone by then: all the status can say is that it was deleted.
+    cache.replace("default", [pod(0, rv=1, phase_="Running", is_ready=True, attempt=0)])
+    failed = derive(cache.pods(KEY, never_listed).attempt(0), 2, RUNNING_JOB, RunPolicy(backoffLimit=0))
+    reason = next(c for c in failed["conditions"] if c["type"] == "Failed")
+    assert (failed["phase"], reason["reason"]) == ("Failed", "BackoffLimitExceeded")
+    assert "pod index 1 was deleted" in reason["message"]
+
+
+def test_the_watch_keeps_a_held_pod_until_its_deleted_event_and_the_release_queues_nothing():
+    cache = PodCache()
+    seeded(cache)
+    assert cache.apply("ADDED", gc_pod(1, rv=1, deleting=False, finalizers=(FINALIZER,))) is True
+    assert cache.apply("MODIFIED", gc_pod(1, rv=2)) is True  # PodGC's delete: the finalizer holds it
+    assert cache.pods(KEY, never_listed).terminating == 1
+    # The operator's release (the finalizer gone) changes nothing a status reads: no reconcile, the cache moves on.
+    assert cache.apply("MODIFIED", gc_pod(1, rv=3, finalizers=())) is False
+    assert "finalizers" not in cache.pods(KEY, never_listed).get("big-1-0")["metadata"]
+    assert cache.apply("DELETED", gc_pod(1, rv=4, finalizers=())) is True
+    assert len(cache.pods(KEY, never_listed)) == 0
+
+
+def test_forgetting_a_gone_job_keeps_the_pods_that_still_carry_the_finalizer():
+    cache = PodCache()
+    cache.replace("default", [])  # the informer listed the namespace: the job is not listed again once forgotten
+    cache.apply("ADDED", gc_pod(0, rv=1))
+    cache.apply("ADDED", gc_pod(1, rv=2, finalizers=()))
+    cache.apply("ADDED", gc_pod(2, rv=3, deleting=False, finalizers=("other.io/keep", FINALIZER)))
+    cache.forget(KEY)
+    assert cache.holds(KEY)
+    assert sorted(p["metadata"]["name"] for p in cache.pods(KEY, never_listed)) == ["big-0-0", "big-2-0"]
+    cache.apply("MODIFIED", gc_pod(0, rv=4, finalizers=()))  # released
+    cache.apply("MODIFIED", gc_pod(2, rv=5, finalizers=("other.io/keep",)))
+    cache.forget(KEY)
+    assert not cache.holds(KEY)
+
+
+def test_a_release_answered_after_the_deleted_event_does_not_bring_the_pod_back():
+    cache = PodCache()
+    seeded(cache)
+    cache.apply("ADDED", gc_pod(1, rv=2))
+    cache.released(gc_pod(1, rv=3, finalizers=()))  # answered first: the cache moves on
+    assert "finalizers" not in cache.pods(KEY, never_listed).get("big-1-0")["metadata"]
+    cache.apply("DELETED", gc_pod(1, rv=4, finalizers=()))
+    cache.released(gc_pod(1, rv=3, finalizers=()))  # or answered after the pod is gone: no ghost
+    assert len(cache.pods(KEY, never_listed)) == 0

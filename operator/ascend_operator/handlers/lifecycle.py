@@ -29,9 +29,9 @@ from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
 from .. import attempts, fan_out, history, infra_fault, metrics
-from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, Kind
+from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER, Kind
 from ..api.run_policy import RunPolicy, StallDetection
-from ..job_pods import JobPods
+from ..job_pods import JobPods, held, terminating
 from ..kubeclient import STOPPING, ShuttingDown
 from ..object_cache import JOBS
 from ..pod_cache import JobKey, PodCache
@@ -85,6 +85,7 @@ QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
 _workers: list[Workers] = []
 _informers: list[Informer] = []  # the pods' first: the workers wait until it has listed
 WATCHED_NAMESPACES: list[str] = []  # set by ``main`` from --namespace; empty: the whole cluster
+_STOPPED: dict[JobKey, list[tuple[str, str]]] = {}  # (name, uid) of the pods the reconcile in flight deleted
 
 
 def _reporters(job: JobKind, spec: Any, pods: JobPods, name: str, attempt: int) -> list[dict[str, Any]]:
@@ -138,11 +139,13 @@ def _delete_pods(key: JobKey, pods: list[dict[str, Any]], grace_seconds: int | N
     """Delete the live ones among ``pods``, a few at a time (``fan_out``); the cache counts them as terminating."""
     doomed = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     at = now()
+    stopped = _STOPPED.setdefault(key, [])  # their finalizers go once the status is written (``_release``)
 
     def delete(p: dict[str, Any]) -> None:
         name, uid = p["metadata"]["name"], p["metadata"]["uid"]
         if kube().delete_pod(key[1], name, uid, grace_seconds):
             PODS.deleting(key, name, uid, at)
+            stopped.append((name, uid))
         else:
             PODS.gone(key, name, uid)
 
@@ -150,6 +153,32 @@ def _delete_pods(key: JobKey, pods: list[dict[str, Any]], grace_seconds: int | N
     if errors:
         raise errors[0]
     return len(doomed)
+
+
+def _release(key: JobKey, seen: JobPods | None) -> int:
+    """Remove the operator's finalizer (``POD_FINALIZER``) from the pods whose end is now recorded: those this
+    reconcile saw being deleted (``seen``: the pods it decided on, not the cache as it is now, which may hold a
+    deletion that arrived during the reconcile and that no status has counted yet) and those it deleted itself.
+    Called once the job's status is written, or when no status is left to write (the job is gone or being
+    deleted). One patch a pod, a few at a time (``fan_out``); a pod without the finalizer costs
+    nothing. How many were released."""
+    todo = {name: uid for name, uid in _STOPPED.pop(key, [])}
+    if seen is not None:
+        todo = {name: uid for name, uid in todo.items() if (p := seen.get(name)) is None or held(p)}
+        if seen.terminating:  # O(1) to ask; the walk below only when some pod is being deleted
+            todo.update((p["metadata"]["name"], p["metadata"]["uid"]) for p in seen if terminating(p) and held(p))
+    if not todo:
+        return 0
+
+    def release(item: tuple[str, str]) -> None:
+        pod = kube().release_pod(key[1], *item)
+        if pod is not None:
+            PODS.released(pod)  # the next snapshot no longer asks for it; its DELETED event removes it
+
+    errors = [r for r in fan_out.each(release, list(todo.items())) if isinstance(r, Exception)]
+    if errors:
+        raise errors[0]
+    return len(todo)
 
 
 def summarize(names: list[str], shown: int = 3) -> str:
@@ -173,6 +202,9 @@ def _create(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     the pods are kept off the ``avoided`` nodes."""
     objects = job.render(name, namespace, spec)
     attempts.stamp(objects, name, attempt)
+    for o in objects:  # the pod stays, with its last status, until its end is recorded (``_release``)
+        if o["kind"] == "Pod" and POD_FINALIZER not in (o["metadata"].get("finalizers") or []):
+            o["metadata"]["finalizers"] = [*(o["metadata"].get("finalizers") or []), POD_FINALIZER]
     infra_fault.avoid_nodes(objects, avoided)
     kopf.adopt(objects, owner=obj)
     kueue.keep_off_children(objects)
@@ -301,8 +333,12 @@ def _said_by_created_event(previous: dict[str, Any], status: dict[str, Any]) -> 
 def _reconcile(job: JobKind, namespace: str, name: str) -> None:
     key = (job.kind.kind, namespace, name)
     obj = _read(key)
-    if obj is None:
-        forget(job, namespace, name)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        # Gone, or being deleted (foreground): its pods, deleted by the garbage collector, must not wait for a
+        # status that will never be written. Their later events (the collector reaching them) queue the job again.
+        _release(key, _pods(job, namespace, name))
+        if obj is None:
+            forget(job, namespace, name)
         return
     previous = obj.get("status") or {}
     at = now()
@@ -311,7 +347,9 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
         policy = _policy(job, obj)
         # Pods a finished job still has (its status was written by someone else) go as its cleanPodPolicy says,
         # and the job is no longer swept unless its TTL is due.
-        _delete_pods(key, policy.pods_to_clean(_pods(job, namespace, name).live()))
+        seen = _pods(job, namespace, name)
+        _delete_pods(key, policy.pods_to_clean(seen.live()))
+        _release(key, seen)
         _KNOWN[key] = (job, policy.ttlSecondsAfterFinished is not None)
         if policy.ttl_expired(previous.get("completionTime"), dt.datetime.now(dt.timezone.utc)):
             _event(obj, "Deleted", f"runPolicy.ttlSecondsAfterFinished ({policy.ttlSecondsAfterFinished}s) "
@@ -346,7 +384,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
         _KEPT[key] = history.record(kube(), obj, status["progress"], at)  # the dashboard's curves
     if status != previous:
         if not _write_status(key, obj, status):
-            return
+            return  # not recorded: the pods keep their finalizer, the next reconcile decides on them again
         if status["phase"] != previous.get("phase") and not _said_by_created_event(previous, status):
             # The newest condition says why; of two set in the same second (Suspended=False Resumed and Failed
             # InvalidPodTemplate on a resume), the one named after the new phase.
@@ -355,6 +393,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             _event(obj, status["phase"], why.get("message", ""), warning=status["phase"] in ("Failed", "Restarting"))
         if status["phase"] in TERMINAL:
             kueue.finished(job.kind.kind, obj, status)
+    _release(key, pods)  # what this status counted is written: the pods it saw ending may go
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
                                                 policy.ttlSecondsAfterFinished is not None)
@@ -455,8 +494,13 @@ def reconcile(job: JobKind, namespace: str, name: str) -> None:
     """Bring one job a step closer to what its spec and its pods say; serialized per job."""
     if STOPPING.is_set():  # shutting down: work queued before SIGTERM is dropped, not done against a gone server
         return
-    with _LOCKS[(job.kind.kind, namespace, name)], metrics.RECONCILE_SECONDS.labels(job.kind.kind).time():
-        _reconcile(job, namespace, name)
+    key = (job.kind.kind, namespace, name)
+    with _LOCKS[key], metrics.RECONCILE_SECONDS.labels(job.kind.kind).time():
+        try:
+            _reconcile(job, namespace, name)
+        finally:
+            _STOPPED.pop(key, None)  # a reconcile that ended early: its deleted pods are terminating in the cache,
+            # and the next reconcile releases them with the others it sees so
 
 
 def forget(job: JobKind, namespace: str, name: str) -> None:
@@ -550,6 +594,8 @@ def _job_seen(job: JobKind, type: str | None, obj: dict[str, Any]) -> None:
     key = (job.kind.kind, namespace, name)
     if type == "DELETED":
         forget(job, namespace, name)
+        if PODS.holds(key):  # pods still carrying the finalizer: the reconcile of the gone job releases them
+            QUEUE.add(key)
         return
     JOBS.observe(key, obj)
     status = obj.get("status") or {}
