@@ -3,6 +3,8 @@ a did-you-mean for a misspelt engine flag."""
 from __future__ import annotations
 
 import argparse
+import importlib
+
 import pytest
 
 from ascend_engine.cli import COMMANDS, main as engine_main
@@ -29,10 +31,18 @@ def test_ascend_train_help_has_no_markup_and_explains_every_positional():
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_ascend_engine_help_has_no_markup(command, capsys):
+def test_ascend_engine_help_has_no_markup_and_no_sentence_cut_at_an_abbreviation(command, capsys):
     with pytest.raises(SystemExit):
         engine_main([command, "--help"])
-    assert "``" not in capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
+    assert "``" not in text
+    assert "e.g [" not in text and "i.e [" not in text  # a help line once ended at "e.g." of its docstring
+
+
+def test_a_flags_help_goes_past_an_example():
+    help_text = {action.dest: action.help for action in _engine_parser("convert")._actions}
+    ckpt_step = next(text for dest, text in help_text.items() if text and "Megatron's --ckpt-step" in text)
+    assert "e.g. 10 for iter_0000010" in ckpt_step
 
 
 def test_a_misspelt_engine_flag_gets_a_suggestion(capsys):
@@ -43,3 +53,9 @@ def test_a_misspelt_engine_flag_gets_a_suggestion(capsys):
     assert engine_main(["convert", "--load-dri=/x", "--save-dir", "/y"]) == 2
     assert "did you mean --load-dir?" in capsys.readouterr().err
 
+
+
+def _engine_parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    return parser

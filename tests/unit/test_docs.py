@@ -366,3 +366,17 @@ def test_every_example_is_named_by_a_page():
     text = "\n".join(p.read_text() for p in PAGES)
     unnamed = [p.name for p in sorted((ROOT / "examples").glob("*.yaml")) if f"examples/{p.name}" not in text]
     assert not unnamed, f"no page names {unnamed}"
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_commands_quoted_in_example_comments_parse(example):
+    """A command an example's comment tells the reader to run (`ascend-train get atj grpo`) parses too."""
+    targets, problems = make_targets(), []
+    for number, line in enumerate(example.read_text().splitlines(), 1):
+        if not line.lstrip().startswith("#"):
+            continue
+        for quoted in re.findall(r"`([^`]+)`", line):
+            for words in simple_commands(quoted):
+                if (problem := check_command(words, targets)):
+                    problems.append(f"examples/{example.name}:{number}: {quoted}\n    {problem}")
+    assert not problems, "\n".join(problems)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import re
 import types
 import typing
 from pathlib import Path
@@ -114,7 +115,20 @@ def _description(model: type[BaseModel], path: tuple[str, ...]) -> str:
         model = inner if _is_model(inner) else model
     text = " ".join((field.description or "").split()) if field else ""
     # argparse %-formats help strings: a docstring's own % must stay literal
-    return text.split(". ")[0].rstrip(".").replace("%", "%%") if text else ".".join(path)
+    return _first_sentence(text).rstrip(".").replace("%", "%%") if text else ".".join(path)
+
+
+_NOT_A_SENTENCE_END = re.compile(r"(?:\be\.g|\bi\.e|\betc|\bvs|\bcf)\.$")
+
+
+def _first_sentence(text: str) -> str:
+    """Up to the first ". " that ends a sentence ("e.g. " and "i.e. " do not)."""
+    start = 0
+    while (end := text.find(". ", start)) != -1:
+        if not _NOT_A_SENTENCE_END.search(text[:end + 1]):
+            return text[:end]
+        start = end + 2
+    return text
 
 
 def _default(model: type[BaseModel], path: tuple[str, ...]) -> str:
