@@ -79,3 +79,15 @@ def test_help_shows_the_models_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["local", "up", "--help"])
     assert "(default: False)" in capsys.readouterr().out  # --fresh
+
+
+def test_a_null_device_resource_is_refused_with_what_to_write(tmp_path, capsys):
+    """``devices.resource: null`` would be dropped by kube-apiserver and defaulted to an Ascend device: a CPU user
+    who meant "no device" would find the pods Pending on Insufficient huawei.com/Ascend910. Said at validate."""
+    text = (EXAMPLES / "quickstart.yaml").read_text()
+    path = tmp_path / "job.yaml"
+    path.write_text(text.replace("resource: none ", "resource: null "))
+    assert main(["validate", "-f", str(path)]) == 1
+    line = lines_of(path.read_text(), "resource: null")
+    assert f"{path}:{line}: spec.devices.resource: null is not kept by the Kubernetes API server" in \
+        capsys.readouterr().err
