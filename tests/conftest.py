@@ -39,3 +39,17 @@ def session_cache_home(tmp_path_factory):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+# The longest files first: `make test` runs two workers that take whole files (pytest-xdist --dist loadfile) in
+# collection order, so the minutes-long end-to-end and engine files start at once and the many short unit files
+# fill the gaps at the end, instead of an e2e file starting last and running alone.
+_TIER_ORDER = ("e2e", "engine", "operator", "unit")
+
+
+def pytest_collection_modifyitems(items):
+    def tier(item) -> int:
+        parts = Path(str(item.fspath)).parts
+        return next((i for i, name in enumerate(_TIER_ORDER) if name in parts[-3:-1]), len(_TIER_ORDER))
+
+    items.sort(key=tier)  # stable: each tier keeps its files' and tests' own order
