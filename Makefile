@@ -51,8 +51,9 @@ demo: controlplane
 
 # Two pytest workers, whole files each (a file's module-scoped cluster stays on one worker): the tests' processes
 # leave about 40% of two cores idle (imports on one core, waits on pods and the control plane), which a second
-# worker fills.
-PYTEST := $(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile
+# worker fills. Files go out in collection order (tests/conftest.py: the longest tiers first), not xdist's
+# default of the files with the most tests first, which left the one-test e2e files, minutes each, for the end.
+PYTEST := $(BIN)/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder
 
 test: controlplane tools
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PYTEST)

@@ -41,9 +41,9 @@ def session_cache_home(tmp_path_factory):
             os.environ[name] = value
 
 
-# The longest files first: `make test` runs two workers that take whole files (pytest-xdist --dist loadfile) in
-# collection order, so the minutes-long end-to-end and engine files start at once and the many short unit files
-# fill the gaps at the end, instead of an e2e file starting last and running alone.
+# The longest files first: `make test` runs two workers that take whole files in collection order (pytest-xdist
+# --dist loadfile --no-loadscope-reorder), so the minutes-long end-to-end and engine files start at once and the
+# many short unit files fill the gaps at the end, instead of an e2e file starting last and running alone.
 _TIER_ORDER = ("e2e", "engine", "operator", "unit")
 
 
