@@ -11,12 +11,11 @@ first and then scales in: tests/e2e/test_elastic.py shows the rest.)
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ascend_cluster.cluster import LocalCluster
 from ascend_operator.api.group import POD_FINALIZER
+from test_operator_train_job import wait_for
 
 pytestmark = pytest.mark.operator
 
@@ -30,14 +29,6 @@ def _job() -> dict:
                      "devices": {"resource": DEVICE}, "shmSize": "none",
                      "runPolicy": {"backoffLimit": 0},
                      "trainer": {"command": ["python", "-c", "import time; time.sleep(600)"], "progress": "none"}}}
-
-
-def _wait(what: str, check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return found
 
 
 def test_a_node_deleted_while_the_operator_is_stopped_is_a_node_fault_not_a_deleted_pod(tmp_path, monkeypatch):
@@ -54,7 +45,7 @@ def test_a_node_deleted_while_the_operator_is_stopped_is_a_node_fault_not_a_dele
             return found[0] if found else None
 
         resources.apply(_job())
-        _wait("the job running", lambda: status().get("phase") == "Running")
+        wait_for(what="the job running", predicate=lambda: status().get("phase") == "Running", timeout=60)
         lost = pod("held-1-0")
         assert POD_FINALIZER in lost["metadata"]["finalizers"]
         node = lost["spec"]["nodeName"]
@@ -64,20 +55,22 @@ def test_a_node_deleted_while_the_operator_is_stopped_is_a_node_fault_not_a_dele
         cluster.lose_node(node)
         resources.delete(nodes, node, None)
         # PodGC checks every 20 s and gives an orphan a 40 s quarantine (kube-controller-manager's timing).
-        gone = _wait("PodGC", lambda: (p := pod("held-1-0")) and p["metadata"].get("deletionTimestamp") and p,
-                     timeout=120)
+        gone = wait_for(what="PodGC", timeout=120,
+                        predicate=lambda: (p := pod("held-1-0")) and p["metadata"].get("deletionTimestamp") and p)
         target = next(c for c in gone["status"]["conditions"] if c["type"] == "DisruptionTarget")
         assert (gone["status"]["phase"], target["reason"]) == ("Failed", "DeletionByPodGC")
         assert status()["phase"] == "Running"  # nobody has told the job yet
 
         cluster.start_operator()
-        _wait("the node fault recorded", lambda: status().get("avoidedNodes"))
-        _wait("the pod released", lambda: pod("held-1-0") is None)
+        wait_for(what="the node fault recorded", predicate=lambda: status().get("avoidedNodes"), timeout=60)
+        wait_for(what="the pod released", predicate=lambda: pod("held-1-0") is None, timeout=60)
         # The new gang avoids the node: its pod 1 has nowhere to go (one node, one device left).
-        final = _wait("the next attempt", lambda: (s := status()).get("replicas", {}).get("active") == 2 and s)
+        final = wait_for(what="the next attempt", timeout=60,
+                         predicate=lambda: (s := status()).get("replicas", {}).get("active") == 2 and s)
         # Attempt 0's pod 0 was stopped by the gang restart and released with the rest.
-        _wait("attempt 0 gone", lambda: {p["metadata"]["name"] for p in resources.list(pods, "default")} ==
-              {"held-0-1", "held-1-1"})
+        wait_for(what="attempt 0 gone", timeout=60,
+                 predicate=lambda: {p["metadata"]["name"] for p in resources.list(pods, "default")} ==
+                 {"held-0-1", "held-1-1"})
         resources.close()
 
     assert final["phase"] == "Restarting", final
