@@ -317,6 +317,20 @@ def test_humaneval_verdicts_and_time_limit():
     assert loop.reason == "timed out" and time.monotonic() - start < 1 + SLACK
 
 
+@pytest.mark.parametrize("completion", [
+    "    import sys\n    sys.exit(0)\n",
+    "    import os\n    os._exit(0)\n",
+    "    return a - b\nimport os\nos._exit(0)\n",  # the module ends before the tests run
+    "    import threading, os\n    threading.Thread(target=os._exit, args=(0,)).start()\n    import time\n"
+    "    time.sleep(5)\n",
+], ids=["sys.exit", "os._exit", "module-level os._exit", "os._exit from a thread"])
+def test_a_program_that_exits_before_its_tests_end_is_not_a_pass(completion):
+    add = ("def add(a, b):\n", "def check(f):\n    assert f(2, 3) == 5\n", "add")
+    result = run_program(humaneval_program(add[0], completion, add[1], add[2]))
+    assert not result.passed, result.reason
+    assert "before its end" in result.reason, result.reason
+
+
 POD = r"""
 import errno, os, sys
 import pyseccomp as seccomp

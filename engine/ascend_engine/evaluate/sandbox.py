@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import select
 import signal
 import stat
@@ -37,12 +38,14 @@ class SandboxUnavailable(RuntimeError):
 @dataclass
 class RunResult:
     passed: bool
-    reason: str  # "passed", "failed: <last line of stderr>", "timed out"
+    reason: str  # "passed", "failed: <last line of stderr>", "timed out", "ended before its end: ..."
 
 
 def run_program(source: str, timeout_s: float = 10.0, memory_mb: int = 1024,
                 isolation: Isolation | None = None) -> RunResult:
-    """Run ``source`` confined; passed means exit status 0 within the wall-clock limit ``timeout_s``. Without an
+    """Run ``source`` confined; passed means it ran to its end (the child wrote its nonce to stderr:
+    not ended by ``sys.exit``, ``os._exit`` or a signal) with exit status 0 within the wall-clock limit
+    ``timeout_s``. Without an
     ``isolation``, the best one here, or ``SandboxUnavailable`` (never unsandboxed unless asked for by name)."""
     isolation = isolation or require_isolation(allow_unsandboxed=False)
     if isolation.name == "bubblewrap":  # its work directory is a tmpfs inside the sandbox: nothing on the host
@@ -76,7 +79,8 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, wo
         limits["RLIMIT_NPROC"] = _uid_tasks(user.get("user", os.getuid())) + _PROCESSES
     argv = prefix + [interpreter(), "-I", "-S", "-c", _CHILD, ",".join(f"{k}={v}" for k, v in limits.items()),
                      str(abi), str(child_fd), ":".join(readable_paths())]
-    program, errors = _memfd(source.encode()), _memfd(b"")
+    nonce = secrets.token_hex(16)
+    program, errors = _memfd(f"{nonce}\n{source}".encode()), _memfd(b"")
     try:
         proc = subprocess.Popen(argv, cwd=workdir or "/", env=env, stdin=program, stdout=subprocess.DEVNULL,
                                 stderr=errors, start_new_session=True, close_fds=True,
@@ -90,9 +94,13 @@ def _run(source: str, timeout_s: float, memory_mb: int, isolation: Isolation, wo
         _end_group(proc)
         if timed_out:
             return RunResult(False, "timed out")
-        if proc.returncode == 0:
+        finished, last = _outcome(errors, proc.returncode, nonce)
+        if proc.returncode == 0 and finished:
             return RunResult(True, "passed")
-        return RunResult(False, f"failed: {_last_line(errors, proc.returncode)}")
+        if proc.returncode == 0:
+            return RunResult(False, "ended before its end: exit status 0 without running to the last line "
+                                    "(os._exit or an exit from a thread)")
+        return RunResult(False, f"failed: {last}")
     finally:
         os.close(errors)
 
@@ -141,13 +149,17 @@ def _end_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _last_line(errors: int, returncode: int) -> str:
+def _outcome(errors: int, returncode: int, nonce: str) -> tuple[bool, str]:
+    """Whether the program ran to its end (the child wrote the nonce to stderr once the program returned; a thread
+    may write after it), and the line that says why not."""
     size = os.fstat(errors).st_size
     tail = os.pread(errors, _STDERR_BYTES, max(0, size - _STDERR_BYTES))
     lines = tail.decode(errors="replace").strip().splitlines()
+    if nonce in lines:
+        return True, ""
     if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}" + (f" ({lines[-1][:150]})" if lines else "")
-    return lines[-1][:200] if lines else f"exit status {returncode}"
+        return False, f"killed by {signal.Signals(-returncode).name}" + (f" ({lines[-1][:150]})" if lines else "")
+    return False, lines[-1][:200] if lines else f"exit status {returncode}"
 
 
 def _make_removable(root: str) -> None:

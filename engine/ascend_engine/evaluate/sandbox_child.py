@@ -6,7 +6,11 @@ soft and hard values, the highest OOM score (inherited by what it starts) and, w
 ``landlock`` isolation), ``no_new_privs``, a parent-death signal, a Landlock domain (files: read-only below the
 interpreter's folders, read-write below the work directory, nothing else; TCP: nothing; signals and abstract
 unix sockets: only inside the domain) and the seccomp filter the evaluator compiled with libseccomp. Then it
-reads the program from stdin (an in-memory file) and runs it as ``__main__``. Arguments: ``NAME=VALUE,...``
+reads the program from stdin (an in-memory file) and runs it as ``__main__``. Only a program that returns
+has the evaluator's nonce (the first line of stdin, closed before the program starts) written to stderr:
+``sys.exit`` is reported as an exit before the end, and ``os._exit(0)`` or a signal leave no nonce, so none of them
+is a pass (OpenAI's human-eval decides the same). A program that searched this process's memory for the nonce could
+forge it; an exit cannot. Arguments: ``NAME=VALUE,...``
 rlimits, the Landlock ABI (0: none), the filter's descriptor (-1: none), the readable folders joined by ``:``. Only cheap modules are imported on the bubblewrap path (interpreter
 start-up is most of a program's cost).
 """
@@ -85,10 +89,19 @@ def _main() -> None:
         pass
     if int(abi) or int(seccomp_fd) >= 0:
         _confine(int(abi), int(seccomp_fd), readable.split(":"))
-    source = sys.stdin.read()
-    sys.stdin.close()
+    nonce, _, source = sys.stdin.read().partition("\n")
+    os.close(0)  # sys.stdin.close() leaves the descriptor open, and /proc/self/fd/0 would show the nonce again
     sys.argv = ["program"]
-    exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    # locals: the program may clear this module's globals (sys.modules["__main__"] is this file)
+    write, leave, streams = os.write, os._exit, (sys.stdout, sys.stderr)
+    try:
+        exec(compile(source, "<program>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as e:
+        write(2, f"\nSystemExit({e.code!r}): the program exited before its end\n".encode())
+        leave(1)
+    for stream in streams:
+        stream.flush()
+    write(2, f"\n{nonce}\n".encode())
 
 
 _main()
