@@ -147,6 +147,22 @@ def test_the_world_size_rule_is_the_engines(control_plane, namespace, nnodes, np
         assert status is not None and "nnodes x nprocPerNode must be divisible by" in status["message"], status
 
 
+def test_a_layout_that_cannot_be_split_is_refused_with_its_numbers(control_plane, namespace):
+    """PP not dividing the layers and TP not dividing the heads: refused at apply, each field named with its
+    figures (the table in ascend_engine/config/shape_rules.py; tests/unit/test_shape_rules.py holds the engine's
+    verdict to the same rules), where the operator used to accept the job and fail it InvalidSpec."""
+    job = {"apiVersion": "ascendtrain.dev/v1alpha1", "kind": "AscendTrainJob", "metadata": {"name": "shape"},
+           "spec": {"image": "x", "nnodes": 2, "nprocPerNode": 4,
+                    "train": {"model": {"numLayers": 6, "numAttentionHeads": 3, "hiddenSize": 96},
+                              "parallel": {"tensorModelParallelSize": 2, "pipelineModelParallelSize": 4},
+                              "training": {"globalBatchSize": 8}}}}
+    message = refusal(control_plane, namespace, job)
+    assert ("spec.train.parallel.pipelineModelParallelSize: Invalid value: "
+            "parallel.pipelineModelParallelSize (4) must divide model.numLayers (6)") in message, message
+    assert ("spec.train.parallel.tensorModelParallelSize: Invalid value: "
+            "parallel.tensorModelParallelSize (2) must divide model.numAttentionHeads (3)") in message, message
+
+
 # -- evaluation-only jobs -----------------------------------------------------------------------------------------
 
 EVALUATION = {"task": ["mmlu"], "taskDataPath": ["/data/mmlu/test"], "tokenizerNameOrPath": "/models/qwen3",

@@ -13,6 +13,7 @@ from .base import EngineModel, Flag, not_null
 from .grpo import GrpoConfig, check_grpo_run
 from .model import ModelConfig, PositiveInt
 from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage, check_prm_run
+from .shape_rules import first_broken
 
 __all__ = ["ModelConfig"]  # re-exported: ``from ascend_engine.config.train import ModelConfig`` keeps working
 
@@ -245,11 +246,10 @@ class TrainConfig(EngineModel):
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":
         m, p, t = self.model, self.parallel, self.training
-        tp, pp = p.tensorModelParallelSize, p.pipelineModelParallelSize
-        for name, value in (("numAttentionHeads", m.numAttentionHeads), ("numQueryGroups", m.num_query_groups),
-                            ("ffnHiddenSize", m.ffn_hidden_size)):
-            if value % tp:
-                raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.{name} ({value})")
+        tp = p.tensorModelParallelSize
+        broken = first_broken(self)  # TP, PP, VPP, batch and vocabulary shapes (the CRD's CEL rules say the same)
+        if broken:
+            raise ValueError(broken)
         ep = p.expertModelParallelSize
         if ep > 1 and m.numExperts is None:
             raise ValueError(f"parallel.expertModelParallelSize ({ep}) needs model.numExperts (an MoE model)")
@@ -257,24 +257,11 @@ class TrainConfig(EngineModel):
             if m.numExperts % ep:
                 raise ValueError(f"parallel.expertModelParallelSize ({ep}) must divide model.numExperts "
                                  f"({m.numExperts})")
-            if m.moe_ffn_hidden_size % tp:
-                raise ValueError(f"parallel.tensorModelParallelSize ({tp}) must divide model.moeFfnHiddenSize "
-                                 f"({m.moe_ffn_hidden_size})")
             if tp > 1 and not p.sequenceParallel:
                 raise ValueError(MOE_TP_NEEDS_SEQUENCE_PARALLEL)
             if self.data.variableSeqLengths and m.moeTokenDispatcherType == "allgather":
                 raise ValueError("data.variableSeqLengths needs model.moeTokenDispatcherType alltoall "
                                  "(megatron-core refuses variable lengths with the allgather dispatcher)")
-        if m.numLayers % pp:
-            raise ValueError(f"parallel.pipelineModelParallelSize ({pp}) must divide model.numLayers ({m.numLayers})")
-        per_chunk = p.numLayersPerVirtualPipelineStage
-        if per_chunk is not None and (pp == 1 or m.numLayers % (pp * per_chunk) or m.numLayers // (pp * per_chunk) < 2):
-            raise ValueError(f"parallel.numLayersPerVirtualPipelineStage ({per_chunk}) needs pipelineModelParallelSize "
-                             f"> 1 and model.numLayers ({m.numLayers}) a multiple of 2 x pipelineModelParallelSize "
-                             f"({pp}) x numLayersPerVirtualPipelineStage (at least two chunks per stage)")
-        if t.globalBatchSize % t.microBatchSize:
-            raise ValueError(f"training.globalBatchSize ({t.globalBatchSize}) must be a multiple of "
-                             f"training.microBatchSize ({t.microBatchSize})")
         o = self.optimizer
         warmup = int(o.lrWarmupFraction * t.trainIters) if o.lrWarmupFraction is not None else o.lrWarmupIters
         if warmup >= t.trainIters:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from ascend_engine.config.evaluate import EvaluateConfig
+from ascend_engine.config.shape_rules import SHAPE_RULES, SPEC_RULES
 from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConfig
 
 from .devices import DeviceSettings, HcclSettings
@@ -56,6 +57,9 @@ EXPERT_RULES = [
      "message": MOE_TP_NEEDS_SEQUENCE_PARALLEL,
      "fieldPath": ".train.parallel.sequenceParallel", "reason": "FieldValueRequired"},
 ]
+# The layout's shape (TP dividing heads, query groups and MLP widths, PP and VPP dividing the layers, the batch and
+# the vocabulary), from the table TrainConfig checks too: without them a job was accepted and then failed InvalidSpec.
+SHAPE_CEL_RULES = [rule.crd_rule() for rule in (*SHAPE_RULES, *SPEC_RULES)]
 # Cross-field rules the API server checks on apply; the model validator below says the same for the operator.
 PIPELINE_RULES = [
     {"rule": "!has(self.datasetPrepRef) || !has(self.train) || !has(self.train.data)"
@@ -116,7 +120,8 @@ class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
 
     model_config = PodSettings.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, GLOBAL_BATCH_RULE, *EXPERT_RULES, *PIPELINE_RULES,
+        "json_schema_extra": {"x-kubernetes-validations": [WORLD_SIZE_RULE, GLOBAL_BATCH_RULE, *EXPERT_RULES, *SHAPE_CEL_RULES,
+                                                              *PIPELINE_RULES,
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
                                                               *TRAINER_RULES, *ELASTIC_RULES, *PORT_RULES]}}
 
@@ -292,6 +297,11 @@ class TrainProgress(KubeModel):
     """Iteration of the newest saved checkpoint."""
     savingCheckpoint: bool | None = None
     """Rank 0 is writing a checkpoint (stall detection then allows runPolicy.stallDetection.checkpointSeconds)."""
+    numericRollbacks: int | None = None
+    """Numeric faults (NaN / Inf loss or grad norm, loss spikes) the engine has rolled back from (train.numerics);
+    each is a Warning event NumericRollback naming the iteration and the skipped samples."""
+    skippedSamples: int | None = None
+    """Training samples skipped after numeric faults (the faulting steps' global batches)."""
     rewardsChosen: float | None = None
     """dpo / simpo / orm: mean reward of the chosen replies."""
     rewardsRejected: float | None = None
