@@ -33,6 +33,8 @@ METRIC_NAMES = {
     "ascend_progress_eta_seconds": "etaSeconds",
     "ascend_checkpoint_last_iteration": "lastCheckpointIteration",
     "ascend_checkpoint_saving": "savingCheckpoint",
+    "ascend_numerics_rollbacks": "numericRollbacks",
+    "ascend_numerics_skipped_samples": "skippedSamples",
     "ascend_train_rewards_chosen": "rewardsChosen",
     "ascend_train_rewards_rejected": "rewardsRejected",
     "ascend_train_reward_margin": "rewardMargin",
@@ -238,11 +240,11 @@ def report_result(result: dict[str, Any]) -> None:
             json.dump(result, f, separators=(",", ":"), default=str)
 
 
-def report_failure(reason: str, message: str) -> None:
+def report_failure(reason: str, message: str, extra: dict[str, Any] | None = None) -> None:
     """The error that ends the command, as its termination message (the operator puts it in the job's
-    conditions); a report written before (a command's own failure summary) stays."""
+    conditions); a report written before (a command's own failure summary) stays. ``extra``: more fields."""
     if not _REPORTED:
-        report_result({"status": "Failed", "reason": reason, "message": message[-2000:]})
+        report_result({"status": "Failed", "reason": reason, "message": message[-2000:], **(extra or {})})
 
 
 HEARTBEAT_S = 3.0  # a start-up step that lasts longer is said again: with a busy machine's delays, never 5 s of silence
@@ -298,11 +300,11 @@ def started_up() -> None:
     _START_UP.finished()
 
 
-def fail(command: str, message: str, reason: str, exit_code: int = 2) -> int:
+def fail(command: str, message: str, reason: str, exit_code: int = 2, extra: dict[str, Any] | None = None) -> int:
     """End a command with a known error: its one line on stderr and, on every rank, in the termination message
     (the job's Failed condition quotes it; torchrun's traceback summary never reaches either)."""
     print(f"ascend-engine {command}: {message}", file=sys.stderr, flush=True)
-    report_failure(reason, message)
+    report_failure(reason, message, extra)
     return exit_code
 
 

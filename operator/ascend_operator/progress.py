@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_engine.telemetry import EVENTS_PATH, METRIC_NAMES, SERIES_PATH
 
-_INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration"}
+_INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples"}
 _BOOLEAN_FIELDS = {"savingCheckpoint"}
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
 

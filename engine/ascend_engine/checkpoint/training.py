@@ -92,6 +92,8 @@ def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWri
             "opt_param_scheduler": trainer.scheduler.state_dict(),
             "rng_state": rngs,
             "checkpoint_version": CHECKPOINT_VERSION, "iteration": trainer.iteration,
+            # numerics-aware recovery: skipped data windows, rollbacks used, recent losses (train.numerics)
+            "numerics": trainer.numerics.state_dict(),
         })
     if cfg.parallel.useDistributedOptimizer:
         shards = io.BytesIO()  # gathered to data-parallel rank 0, which alone writes into the buffer
@@ -257,21 +259,22 @@ def _restore_scheduler(trainer, saved: dict, where) -> None:
               flush=True)
 
 
-def _resume(trainer, iteration, folder, state, shards: bytes | None) -> None:
-    """Optimizer, scheduler, RNG, iteration and data position, as ``cfg.checkpoint`` allows."""
+def _resume(trainer, iteration, folder, state, shards: bytes | None, rollback: bool = False) -> None:
+    """Optimizer, scheduler, RNG, iteration and data position, as ``cfg.checkpoint`` allows (everything, for a
+    numerics ``rollback``, which keeps the run's own record of skipped windows instead of the checkpoint's)."""
     cfg, info, ck = trainer.cfg, trainer.info, trainer.cfg.checkpoint
-    if ck.loadOptim and "optimizer" in state:
+    if (ck.loadOptim or rollback) and "optimizer" in state:
         if cfg.parallel.useDistributedOptimizer:
             load_distributed_optimizer(trainer.optimizer, state["optimizer"],
                                        io.BytesIO(shards) if shards is not None else str(folder / DISTRIB_OPTIM_FILE))
         else:
             trainer.optimizer.load_state_dict(state["optimizer"])
         _restore_scheduler(trainer, state["opt_param_scheduler"], folder / MODEL_FILE)
-    if ck.loadRng and "rng_state" in state:
+    if (ck.loadRng or rollback) and "rng_state" in state:
         rngs = state["rng_state"]
         set_rng_state(rngs[info.dp_rank] if len(rngs) == info.dp else rngs[0])
     saved_dp = getattr(state.get("args"), "data_parallel_size", info.dp)
-    if saved_dp != info.dp and info.rank == 0:
+    if saved_dp != info.dp and info.rank == 0 and not rollback:
         print(f"data-parallel size {saved_dp} -> {info.dp}: the same global batch of {cfg.training.globalBatchSize} "
               f"samples in {trainer.num_micro} micro-batches per rank and step; optimizer state resharded",
               flush=True)
@@ -279,6 +282,32 @@ def _resume(trainer, iteration, folder, state, shards: bytes | None) -> None:
     trainer.consumed = int(getattr(state.get("args"), "consumed_train_samples", trainer.iteration
                                    * cfg.training.globalBatchSize))
     trainer.last_checkpoint = trainer.iteration
+    if "numerics" in state and not rollback:
+        trainer.numerics.load_state_dict(state["numerics"])
+
+
+def rollback_root(cfg) -> str | None:
+    """Where a numerics rollback reloads from: the run's own checkpoints (checkpoint.save) once it has one, else
+    the checkpoint it resumed from (checkpoint.load, not a fine-tuning start or a frozen LoRA base)."""
+    ck = cfg.checkpoint
+    if ck.save and read_latest(ck.save) not in (None, RELEASE):
+        return ck.save
+    resumed = cfg.lora.loraLoad if cfg.lora.enabled else None if ck.finetune else ck.load
+    return resumed if resumed and read_latest(resumed) not in (None, RELEASE) else None
+
+
+def rollback_training_checkpoint(trainer, root) -> int | None:
+    """Collective: reload everything of ``root``'s newest verified checkpoint (model or LoRA adapters, optimizer,
+    scheduler, RNG, iteration, data position) into the running trainer; returns its iteration."""
+    found = _read_rank_file(root, trainer)
+    if found is None or found[0] == RELEASE:
+        return None
+    iteration, folder, state, shards = found
+    _load_model(trainer, state, folder, adapters=trainer.cfg.lora.enabled)
+    _resume(trainer, iteration, folder, state, shards, rollback=True)
+    if "optimizer" not in state:
+        trainer.optimizer.reload_model_params()
+    return trainer.iteration
 
 
 def load_training_checkpoint(trainer) -> str | None:

@@ -208,6 +208,33 @@ class ObservabilityConfig(EngineModel):
     """Write TensorBoard scalars here."""
 
 
+class NumericsConfig(EngineModel):
+    """Numerics-aware recovery: a step whose loss or gradient norm is NaN or Inf, or whose loss spikes over the
+    recent median, rolls the run back in-process to its latest checkpoint and skips that step's global batch
+    (the consumed-samples counter moves past it; the skip is kept in later checkpoints), at most maxRollbacks
+    times; then the run fails with reason NumericFault (exit code 17) naming the iteration and the samples."""
+
+    maxRollbacks: Annotated[int, Field(ge=0), Flag("--numerics-max-rollbacks")] = 3
+    """Rollbacks allowed over the whole run (restarts included: the count is kept in the checkpoint); the next
+    numeric fault fails the run. 0 fails at the first one."""
+    lossSpikeFactor: Annotated[float, Field(ge=0), not_null("0 to disable"),
+                               Flag("--numerics-loss-spike-factor")] = 3.0
+    """A step whose loss is over this factor times the median loss of the previous lossSpikeWindow steps, and at
+    least 1.0 over that median, is a numeric fault (stages pretrain and sft: the other objectives' losses sit near
+    or below zero). 0 disables spike detection; NaN and Inf are always checked. Without a checkpoint to roll back
+    to, a spike is reported and training goes on."""
+    lossSpikeWindow: Annotated[PositiveInt, Flag("--numerics-loss-spike-window")] = 20
+    """Steps whose median loss a spike is measured against; the check starts once this many steps have passed
+    (the losses are kept in the checkpoint, so a resumed run checks at once)."""
+
+    @model_validator(mode="after")
+    def _factor(self) -> "NumericsConfig":
+        if 0 < self.lossSpikeFactor <= 1:
+            raise ValueError(f"lossSpikeFactor ({self.lossSpikeFactor}) must be over 1 (a multiple of the median "
+                             "loss), or 0 to disable spike detection")
+        return self
+
+
 MOE_TP_NEEDS_SEQUENCE_PARALLEL = (
     # Said by TrainConfig and by the AscendTrainJob CRD's CEL rule, so kubectl apply and the engine agree.
     "model.numExperts (MoE) with parallel.tensorModelParallelSize > 1 needs parallel.sequenceParallel: "
@@ -242,6 +269,8 @@ class TrainConfig(EngineModel):
     """GRPO rollouts, rewards and updates (stage grpo)."""
     observability: ObservabilityConfig = ObservabilityConfig()
     """Logging and metrics."""
+    numerics: NumericsConfig = NumericsConfig()
+    """Numerics-aware recovery: roll back and skip the data window of a NaN / Inf or spiking step."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..device import select_backend
     from ..telemetry import fail
     from .loop import train
+    from .numerics import NUMERIC_FAULT_EXIT, NumericFault
 
     try:
         result = train(cfg, select_backend(cfg.device))
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("train", f"cannot load checkpoint: {e}", "CheckpointMismatch")
     except DataError as e:
         return fail("train", f"bad training data: {e}", "DataError")
+    except NumericFault as e:
+        return fail("train", str(e), "NumericFault", exit_code=NUMERIC_FAULT_EXIT, extra=e.report())
     if result.preempted:
         return preempted(result)
     if not result.losses and result.iterations >= cfg.training.trainIters:

@@ -16,6 +16,7 @@ from .batches import micro_batches
 from .preemption import PreemptionWatch
 from .stages import make_stage
 from .moe_metrics import router_losses
+from .numerics import SPIKE_STAGES, NumericFault, NumericsState, SkippedWindow, fault_reason, skip_past
 from .tensorboard import open_tensorboard
 from .validation import build_validation_data, is_due, run_validation, validation_enabled
 
@@ -86,6 +87,8 @@ class Trainer:
             config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.consumed = 0
+        self.step_first_sample = 0  # where the last step's global batch began (after any skipped window)
+        self.numerics = NumericsState(keep=cfg.numerics.lossSpikeWindow)
         self.router_losses: dict[str, float] = {}
         self.last_checkpoint: int | None = None
         self.pending_save = None  # a CheckpointWrite whose files are still being written
@@ -107,6 +110,9 @@ class Trainer:
             # Figures from the start, so the operator reads the series (still empty) and the run waits at its end
             # until the operator has the last points, however short the run.
             self.metrics.set(trainIters=t.trainIters)
+            if self.numerics.rollbacks:  # a resumed run that has rolled back before
+                self.metrics.set(numericRollbacks=self.numerics.rollbacks,
+                                 skippedSamples=self.numerics.skipped_samples)
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
@@ -125,6 +131,7 @@ class Trainer:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t = self.cfg.training
+        self.consumed = self.step_first_sample = skip_past(self.consumed, self.numerics.windows)
         # materialised: a stage may run several updates over the same micro-batches (GRPO's policy updates)
         data = [self.stage.prepare(list(micro_batches(self.data.sample, self.data.batch, self.consumed,
                                                       t.microBatchSize, self.info.dp, self.info.dp_rank,
@@ -210,6 +217,9 @@ class Trainer:
             step_start = time.perf_counter()
             loss, grad_norm, applied = self.train_step()
             started_up()  # from here on the step lines and progress speak
+            if self._numeric_fault(loss, grad_norm, losses, first_iteration):
+                progress.done = self.iteration
+                continue
             preemption.step_done(time.perf_counter() - step_start)
             losses.append(loss)
             window_steps += 1
@@ -255,6 +265,59 @@ class Trainer:
         progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
                          f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
         return TrainResult(self.iteration, losses, tps, seconds, checkpoint, preempted)
+
+    # ------------------------------------------------------------ numerics-aware recovery
+
+    def _numeric_fault(self, loss: float, grad_norm, losses: list[float], first_iteration: int) -> bool:
+        """Collective, after every step: True when the step was a numeric fault and the run has rolled back to its
+        latest checkpoint (the step's batch is skipped from then on); False for a good step (or a spike with no
+        checkpoint to go back to, reported). Raises NumericFault when the rollbacks are used up."""
+        n, stage = self.cfg.numerics, self.cfg.stage
+        norm = float(grad_norm) if grad_norm is not None else None
+        reason = fault_reason(loss, norm, self.numerics.recent(), n.lossSpikeFactor if stage in SPIKE_STAGES else 0,
+                              n.lossSpikeWindow)
+        seen = torch.tensor([0.0 if reason is None else 1.0 if reason.startswith("loss spike") else 2.0])
+        if torch.distributed.is_initialized():  # every rank decides the same (a rank that saw NaN wins)
+            torch.distributed.all_reduce(seen, op=torch.distributed.ReduceOp.MAX)
+        if not seen.item():
+            self.numerics.good_step(self.iteration, loss)
+            return False
+        reason = reason or "another rank saw a non-finite loss or grad norm"
+        window = SkippedWindow(self.iteration, self.step_first_sample, self.consumed, reason)
+        where = (f"iteration {window.iteration} (samples {window.first_sample}-{window.end_sample - 1} of the run): "
+                 f"{reason}")
+        self.finish_save()  # a checkpoint still being written lands: the newest one to go back to (or resume from)
+        if self.numerics.rollbacks >= n.maxRollbacks:
+            raise NumericFault(f"numeric fault at {where}; numerics.maxRollbacks ({n.maxRollbacks}) rollbacks used",
+                               window.iteration, window.first_sample, window.end_sample)
+        from ..checkpoint.training import rollback_root, rollback_training_checkpoint
+
+        root = rollback_root(self.cfg)
+        restored = rollback_training_checkpoint(self, root) if root else None
+        if restored is None:
+            if seen.item() == 2.0:
+                raise NumericFault(f"numeric fault at {where}; no checkpoint to roll back to (set checkpoint.save "
+                                   "and checkpoint.saveInterval)", window.iteration, window.first_sample,
+                                   window.end_sample)
+            self._numeric_event("NumericSpike", f"{where}; no checkpoint to roll back to: training goes on")
+            self.numerics.good_step(self.iteration, loss)
+            return False
+        self.numerics.rolled_back(restored, window)
+        del losses[max(0, restored - first_iteration):]
+        self._numeric_event("NumericRollback", (
+            f"{where}; rolled back to iteration {restored} ({root}) and skipping those {window.samples} samples "
+            f"(rollback {self.numerics.rollbacks} of {n.maxRollbacks})"))
+        return True
+
+    def _numeric_event(self, reason: str, message: str) -> None:
+        if self.info.rank != 0:
+            return
+        from ..telemetry import emit_event
+
+        print(f"numerics: {message}", flush=True)
+        emit_event("Warning", reason, message)
+        if self.metrics:
+            self.metrics.set(numericRollbacks=self.numerics.rollbacks, skippedSamples=self.numerics.skipped_samples)
 
     def _log(self, loss: float, grad_norm, applied: bool, step_s: float, tokens_per_step: int) -> None:
         t = self.cfg.training
