@@ -20,3 +20,16 @@ def exception_line(line: str) -> str | None:
     if not m or m.group(1) in _LAUNCHER:
         return None
     return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
+
+
+_TORCHRUN_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE)
+
+
+def worker_exit_code(text: str | None) -> int | None:
+    """The failed worker's exit code in torchrun's failure summary (``exitcode  : 17 (pid: ...)``), the root
+    cause's when it names one: torchrun itself exits 1 whatever its workers exited with. None when there is none."""
+    if not text:
+        return None
+    root = text.rfind("Root Cause")
+    m = _TORCHRUN_EXITCODE.search(text, root if root >= 0 else 0) or _TORCHRUN_EXITCODE.search(text)
+    return int(m.group(1)) if m else None

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import IO
 
-from .exception_line import exception_line
+from .exception_line import exception_line, worker_exit_code
 from .megatron_log import MegatronLogReader, seq_length_from_argv
 from .telemetry import METRICS_PORT_ENV, report_failure, report_result, serving
 
@@ -36,6 +36,7 @@ class Watcher:
     def __init__(self, reader: MegatronLogReader):
         self.reader = reader
         self.cause: str | None = None
+        self.tail: list[str] = []  # torchrun's failure summary (its workers' exit codes) is at the end
         self._lock = threading.Lock()
 
     def pump(self, source: IO[bytes], sink: IO[str]) -> None:
@@ -48,6 +49,7 @@ class Watcher:
                     metrics.set(**self.reader.figures)
                 if cause := exception_line(line):
                     self.cause = cause
+                self.tail = [*self.tail[-79:], line]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,5 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if code == 0:
         report_result(dict(watcher.reader.figures))
     else:
-        report_failure("TrainerFailed", watcher.cause or f"{command[0]} exited with code {code}")
+        worker = worker_exit_code("".join(watcher.tail))  # Megatron's rerun exit codes 16 / 17 under torchrun
+        report_failure("TrainerFailed", watcher.cause or f"{command[0]} exited with code {code}",
+                       {"workerExitCode": worker} if worker is not None else None)
     return code

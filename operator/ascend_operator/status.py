@@ -7,7 +7,7 @@ from typing import Any
 
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from .disruption import disruption
-from .failure_cause import failure_cause
+from .failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
 from .infra_fault import fault, node_name
 from .job_pods import JobPods, terminating
 
@@ -93,6 +93,9 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     if report.get("reason") == "Preempted":  # SIGTERM: the engine saved its step; torchrun exits 1 all the same
         return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
                                    f"{report.get('checkpoint') or 'not saved'}")
+    if numeric := numeric_failure(code, report, term.get("message")):  # train.numerics, Megatron's codes 16 / 17
+        retryable, reason, why = numeric
+        return retryable, reason, f"{message}: {why}"
     if report.get("reason") == "EvaluationFailed":  # training went through; retrying would not fix the data
         return False, "EvaluationFailed", f"{message}: evaluation failed: {report.get('message', '')}"
     retryable = policy.is_retryable(code)
@@ -192,10 +195,14 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
             pod, why = disrupted[0]
             return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
         failures = [_failure(p, policy) for p in failed if not disruption(p)]
-        permanent = next((f for f in failures if not f[0]), None)
+        # Megatron's rerun state machine asking for a restart (exit 16) explains its peers' plain failures too, and is
+        # a step of its own check rather than a failure: not counted against backoffLimit.
+        rerun = next((f for f in failures if f[1] == RERUN_REQUESTED), None)
+        permanent = next((f for f in failures if not f[0] and not (rerun and f[1] == "PodFailed")), None)
         if permanent:
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
-        return _restart(status, failures[0][1], failures[0][2], policy, stamp)
+        _, reason, why = rerun or failures[0]
+        return _restart(status, reason, why, policy, stamp, disrupted=rerun is not None)
     if phase == "Restarting" and pods.terminating:
         # A node lost under the new gang while it starts: its pod is evicted. (The old gang's evicted pods are
         # on nodes already avoided, so they restart nothing twice.)

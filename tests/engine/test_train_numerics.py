@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_torchrun import LINE, run_train
+from test_train_torchrun import run_train
 
 VOCAB, SEQ, BATCH, ITERS = 96, 32, 4, 20
 SEED = 1234  # training.seed: it also orders the instruction dataset's samples
@@ -98,7 +98,7 @@ def test_a_poisoned_window_is_rolled_back_skipped_and_the_run_matches_one_withou
 
     # The second window, with the one rollback used: the run fails as NumericFault naming the iteration and samples.
     assert proc.returncode != 0
-    assert "exitcode  : 17" in proc.stderr, proc.stderr[-3000:]
+    assert "exitcode  : 2 " in proc.stderr, proc.stderr[-3000:]  # the engine's deliberate refusal: no restart fixes it
     report = json.loads(termination.read_text())
     assert report["reason"] == "NumericFault" and report["iteration"] == 18 and report["samples"] == [72, 76]
     assert "iteration 18 (samples 72-75 of the run)" in report["message"] and "maxRollbacks (1)" in report["message"]

@@ -212,7 +212,7 @@ class NumericsConfig(EngineModel):
     """Numerics-aware recovery: a step whose loss or gradient norm is NaN or Inf, or whose loss spikes over the
     recent median, rolls the run back in-process to its latest checkpoint and skips that step's global batch
     (the consumed-samples counter moves past it; the skip is kept in later checkpoints), at most maxRollbacks
-    times; then the run fails with reason NumericFault (exit code 17) naming the iteration and the samples."""
+    times; then the run fails with reason NumericFault naming the iteration and the samples."""
 
     maxRollbacks: Annotated[int, Field(ge=0), Flag("--numerics-max-rollbacks")] = 3
     """Rollbacks allowed over the whole run (restarts included: the count is kept in the checkpoint); the next

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..device import select_backend
     from ..telemetry import fail
     from .loop import train
-    from .numerics import NUMERIC_FAULT_EXIT, NumericFault
+    from .numerics import NumericFault
 
     try:
         result = train(cfg, select_backend(cfg.device))
@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     except DataError as e:
         return fail("train", f"bad training data: {e}", "DataError")
     except NumericFault as e:
-        return fail("train", str(e), "NumericFault", exit_code=NUMERIC_FAULT_EXIT, extra=e.report())
+        # exit 2, the engine's deliberate refusal: a restart would meet the same fault (the count is checkpointed)
+        return fail("train", str(e), "NumericFault", extra=e.report())
     if result.preempted:
         return preempted(result)
     if not result.losses and result.iterations >= cfg.training.trainIters:

@@ -17,7 +17,6 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-NUMERIC_FAULT_EXIT = 17  # as Megatron-LM's rerun state machine exits when a result fails validation
 SPIKE_MIN_INCREASE = 1.0  # nats: near-zero losses of a memorised pattern wobble by large factors, harmlessly
 SPIKE_STAGES = (None, "pretrain", "sft")  # next-token cross entropy: positive, and a spike means something
 

@@ -50,7 +50,9 @@ class RunPolicy(KubeModel):
     training resumes from its latest checkpoint (checkpoint.load defaults to checkpoint.save)."""
     retryableExitCodes: list[Annotated[int, Field(ge=1, le=255)]] = []
     """Exit codes in 1-127 that should also restart the job. 128 and above (killed by a signal: OOM kill,
-    node loss, preemption) are always retryable; other codes in 1-127 are permanent and fail at once."""
+    node loss, preemption) are always retryable; other codes in 1-127 are permanent and fail at once, except
+    Megatron's rerun state machine's: 16 (re-run a faulty step) restarts without counting against backoffLimit,
+    17 (a reproducible numeric fault) fails as NumericFault."""
     activeDeadlineSeconds: Annotated[int | None, Field(ge=1)] = None
     """Fail the job (reason DeadlineExceeded) when it has had pods for longer than this; suspended time
     does not count."""
