@@ -80,7 +80,8 @@ def test_a_poisoned_window_is_rolled_back_skipped_and_the_run_matches_one_withou
 
     # The first window: detected at iteration 11, rolled back to the checkpoint of iteration 8, skipped.
     assert ("numerics: iteration 11 (samples 40-43 of the run): loss spike" in proc.stdout
-            and "rolled back to iteration 8" in proc.stdout and "rollback 1 of 1" in proc.stdout), out[-4000:]
+            and "rolled back to iteration 8" in proc.stdout and "2 step(s) to train again" in proc.stdout
+            and "rollback 1 of 1" in proc.stdout), out[-4000:]
     assert "NumericRollback" in proc.stderr  # the event line the operator posts on the job
     seen = [i for i, _, _ in steps]
     assert seen == [*range(1, 11), *range(9, 18)], seen  # 9 and 10 trained twice, 11 never logged as poisoned

@@ -292,7 +292,7 @@ class Trainer:
                                window.iteration, window.first_sample, window.end_sample)
         from ..checkpoint.training import rollback_root, rollback_training_checkpoint
 
-        root = rollback_root(self.cfg)
+        root, began = rollback_root(self.cfg), time.perf_counter()
         restored = rollback_training_checkpoint(self, root) if root else None
         if restored is None:
             if seen.item() == 2.0:
@@ -305,7 +305,8 @@ class Trainer:
         self.numerics.rolled_back(restored, window)
         del losses[max(0, restored - first_iteration):]
         self._numeric_event("NumericRollback", (
-            f"{where}; rolled back to iteration {restored} ({root}) and skipping those {window.samples} samples "
+            f"{where}; rolled back to iteration {restored} ({root}) in {time.perf_counter() - began:.2f}s, "
+            f"{window.iteration - 1 - restored} step(s) to train again, then skipping those {window.samples} samples "
             f"(rollback {self.numerics.rollbacks} of {n.maxRollbacks})"))
         return True
 
