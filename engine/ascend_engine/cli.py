@@ -40,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     from .config.loader import ConfigError
+    from .inplace import rank_by_pod
     from .stacks import install_stack_dump, watch_dump_requests
     from .telemetry import report_failure, serve_metrics_from_env
 
+    rank_by_pod()  # before anything reads RANK: under the c10d rendezvous rank 0 stays in pod 0
     install_stack_dump()  # SIGUSR1: all threads' stacks to stderr, for diagnosing a hang
     watch_dump_requests()  # the same when the operator annotates the pod (stall detection)
     serve_metrics_from_env()  # one-pod jobs: the operator reads progress from here

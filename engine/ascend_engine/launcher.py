@@ -3,14 +3,24 @@
 A pod's command starts with torchrun, whose own ``import torch`` takes 5-15 s on a cold node before any engine
 line appears; this launcher says so on stderr (again every few seconds, as the engine's start-up lines do) and
 then runs torchrun's own ``main`` with the same arguments, in the same process, so signals, exit codes and the
-torchrun contract are torchrun's.
+torchrun contract are torchrun's. With ``--max-restarts`` above 0 it records the agent's in-place restarts for
+the workers and, when they run out, leaves a termination report the operator reads (``ascend_engine.inplace``).
 """
 from __future__ import annotations
 
 import sys
 import time
 
-from .telemetry import say, started_up
+from .telemetry import report_result, say, started_up
+
+
+def _max_restarts(argv: list[str]) -> int:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--max-restarts=") or arg.startswith("--max_restarts="):
+            return int(arg.split("=", 1)[1])
+        if arg in ("--max-restarts", "--max_restarts") and i + 1 < len(argv):
+            return int(argv[i + 1])
+    return 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -18,9 +28,22 @@ def main(argv: list[str] | None = None) -> None:
     say("torchrun", "importing torch", started)
     from torch.distributed.run import main as torchrun_main
 
+    argv = sys.argv[1:] if argv is None else argv
+    record = None
+    if max_restarts := _max_restarts(argv):
+        from .inplace import watch_agent
+
+        record = watch_agent(max_restarts)
     say("torchrun", "starting the workers", started)
     started_up()  # the workers say their own steps from here
-    torchrun_main(sys.argv[1:] if argv is None else argv)
+    try:
+        torchrun_main(argv)
+    except BaseException:
+        from .inplace import exhausted_report
+
+        if record is not None and (report := exhausted_report(record)):
+            report_result(report)
+        raise
 
 
 if __name__ == "__main__":

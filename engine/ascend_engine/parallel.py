@@ -9,6 +9,7 @@ from datetime import timedelta
 import torch
 
 from .device import Backend
+from .inplace import worker_store
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vp
     if not torch.distributed.is_initialized():
         timeout = timedelta(minutes=_env_int("ASCEND_DIST_TIMEOUT_MIN", 30))
         # Started without torchrun: a world of one needs no TCP rendezvous (and no port that may be taken).
-        store = torch.distributed.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else None
+        store = torch.distributed.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else \
+            worker_store(world_size, timeout)  # under in-place restarts (ascend_engine.inplace)
         torch.distributed.init_process_group(backend=backend.dist_backend, rank=rank, world_size=world_size,
                                              timeout=timeout, store=store)
     if world_size % (tp * pp):

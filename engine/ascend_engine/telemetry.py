@@ -19,8 +19,17 @@ from urllib.parse import parse_qs
 
 from .series import add_point
 
+# Rank 0's start-up marks and recovery figures (train/goodput.py): the operator moves them from the scraped
+# progress into status.recoveries and status.goodput. Times are unix seconds.
+GOODPUT_METRICS = {f"ascend_goodput_{snake}": field for snake, field in (
+    ("process_start_time", "processStartTime"), ("joined_time", "joinedTime"), ("built_time", "builtTime"),
+    ("loaded_time", "loadedTime"), ("first_step_time", "firstStepTime"), ("caught_up_time", "caughtUpTime"),
+    ("failed_time", "failedTime"), ("detected_time", "detectedTime"), ("stopped_time", "stoppedTime"),
+    ("loaded_iteration", "loadedIteration"), ("productive_seconds", "productiveSeconds"),
+    ("in_place_restarts", "inPlaceRestarts"))}
 # Metric name -> status.progress field. The operator imports this table, so the two never drift.
 METRIC_NAMES = {
+    **GOODPUT_METRICS,
     "ascend_progress_iteration": "iteration",
     "ascend_progress_total": "trainIters",
     "ascend_progress_percent": "percent",

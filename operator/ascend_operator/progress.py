@@ -7,10 +7,12 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_engine.telemetry import EVENTS_PATH, METRIC_NAMES, SERIES_PATH
+from ascend_engine.telemetry import EVENTS_PATH, GOODPUT_METRICS, METRIC_NAMES, SERIES_PATH
 
-_INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples"}
+_INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples",
+                   "loadedIteration", "inPlaceRestarts"}
 _BOOLEAN_FIELDS = {"savingCheckpoint"}
+_EXACT_FIELDS = set(GOODPUT_METRICS.values())  # unix times and seconds: rounded to 10 ms, not to 5 digits
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046
 
 
@@ -55,5 +57,5 @@ def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:
         if field and family.samples:
             value = family.samples[0].value
             out[field] = (bool(value) if field in _BOOLEAN_FIELDS else int(value) if field in _INTEGER_FIELDS
-                          else float(f"{value:.{SIGNIFICANT_DIGITS}g}"))
+                          else round(value, 2) if field in _EXACT_FIELDS else float(f"{value:.{SIGNIFICANT_DIGITS}g}"))
     return out

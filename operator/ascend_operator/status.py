@@ -5,6 +5,8 @@ import datetime as dt
 import json
 from typing import Any
 
+from ascend_engine.inplace import EXHAUSTED_REASON as IN_PLACE_EXHAUSTED
+
 from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from .disruption import disruption
 from .failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
@@ -93,6 +95,8 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     if report.get("reason") == "Preempted":  # SIGTERM: the engine saved its step; torchrun exits 1 all the same
         return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
                                    f"{report.get('checkpoint') or 'not saved'}")
+    if report.get("reason") == IN_PLACE_EXHAUSTED:  # the next rung of the ladder: replace the gang
+        return True, IN_PLACE_EXHAUSTED, f"{message}: {report.get('message', '')}"
     if numeric := numeric_failure(code, report, term.get("message")):  # train.numerics, Megatron's codes 16 / 17
         retryable, reason, why = numeric
         return retryable, reason, f"{message}: {why}"
@@ -174,7 +178,8 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
     stamp = now(at)
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
                                                          "disruptions", "progress", "phase", "hostPorts",
-                                                         "evaluation", "avoidedNodes", "elastic")}
+                                                         "evaluation", "avoidedNodes", "elastic", "recoveries",
+                                                         "goodput", "plan")}
     status.setdefault("conditions", [])
     status["replicas"] = counts = pods.replica_counts()
     phase = previous.get("phase")

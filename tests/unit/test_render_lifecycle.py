@@ -20,7 +20,15 @@ def test_workers_wait_for_the_master_then_run_torchrun():
     command = worker["spec"]["containers"][0]["command"]
     assert command[:6] == ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
                            "--timeout=90", "--"]
-    assert command[6:] == master["spec"]["containers"][0]["command"]
+    master_command = master["spec"]["containers"][0]["command"]
+    # in-place restarts (the default): a c10d rendezvous that pod 0 alone hosts, on masterPort
+    assert command[6:] == [a.replace("is_host=1", "is_host=0") for a in master_command]
+    assert {"--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-id=j",
+            "--rdzv-conf=is_host=1", "--local-addr=$(POD_IP)", "--max-restarts=3"} <= set(master_command)
+    static = render.pod("j", "ns", _spec(runPolicy={"recovery": {"inPlaceRestarts": 0}}), 1)
+    assert {"--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)", "--node-rank=$(NODE_RANK)"} <= \
+        set(static["spec"]["containers"][0]["command"])
+    assert not any(a.startswith("--rdzv") for a in static["spec"]["containers"][0]["command"])
 
 
 def test_load_defaults_to_save_so_restarts_resume():

@@ -10,9 +10,10 @@ from ..config.train import TrainConfig
 from ..device import Backend
 from ..models.wrappers import unwrap
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
-from ..telemetry import Metrics, Progress, preference_fields, say, started_up
+from ..telemetry import Metrics, Progress, emit_event, preference_fields, say, started_up
 from .logline import StepStats, flops_per_step, format_line
 from .batches import micro_batches
+from .goodput import GoodputClock, gather_objects
 from .preemption import PreemptionWatch
 from .stages import make_stage
 from .moe_metrics import router_losses
@@ -54,6 +55,9 @@ class Trainer:
             f"x EP {p.expertModelParallelSize}", started)
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
                                                 t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
+        self.goodput = GoodputClock(cfg.checkpoint.save)
+        self.goodput.mark("joined")
+        self.goodput.gather_agents(gather_objects)
         self.dtype = DTYPES[t.precision]
         self.stage = make_stage(cfg)
         say("train", "building the dataset index" if cfg.data.dataPath else
@@ -79,6 +83,7 @@ class Trainer:
             module = Float16Module(gpt.config, gpt) if self.dtype != torch.float32 else gpt
             self.chunks.append(DistributedDataParallel(config=gpt.config, ddp_config=ddp_config, module=module))
         self.model = self.chunks[0]
+        self.goodput.mark("built")
         config = unwrap(self.model).config  # the schedule reads its hooks from the first chunk's config
         self.optimizer, self.scheduler = build_optimizer(cfg, self.chunks, self.dtype)
         config.no_sync_func = [c.no_sync for c in self.chunks] if len(self.chunks) > 1 else self.model.no_sync
@@ -100,6 +105,8 @@ class Trainer:
             loaded = load_training_checkpoint(self)
             if loaded is not None and self.info.rank == 0:
                 print(f"loaded checkpoint {loaded}", flush=True)
+        self.goodput.mark("loaded")
+        self.goodput.loaded_iteration = self.iteration
         self.stage.setup(self)
         self.last_metrics: dict[str, float] = {}
         self.tensorboard = open_tensorboard(cfg.observability.tensorboardDir) if self.info.rank == 0 else None
@@ -109,10 +116,12 @@ class Trainer:
             self.metrics.serve(cfg.observability.metricsPort)
             # Figures from the start, so the operator reads the series (still empty) and the run waits at its end
             # until the operator has the last points, however short the run.
-            self.metrics.set(trainIters=t.trainIters)
+            self.metrics.set(trainIters=t.trainIters, **self.goodput.figures())
             if self.numerics.rollbacks:  # a resumed run that has rolled back before
                 self.metrics.set(numericRollbacks=self.numerics.rollbacks,
                                  skippedSamples=self.numerics.skipped_samples)
+        if self.info.rank == 0 and (restarted := self.goodput.restart_summary()):
+            emit_event("Warning", "RecoveredInPlace", restarted)
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
             cfg.model.head_dim, cfg.model.num_query_groups, cfg.model.padded_vocab_size(p.tensorModelParallelSize),
@@ -215,12 +224,14 @@ class Trainer:
         preemption, preempted = PreemptionWatch().install(), False
         while self.iteration < t.trainIters:
             step_start = time.perf_counter()
+            self.goodput.mark("firstStep")
             loss, grad_norm, applied = self.train_step()
             started_up()  # from here on the step lines and progress speak
             if self._numeric_fault(loss, grad_norm, losses, first_iteration):
                 progress.done = self.iteration
                 continue
             preemption.step_done(time.perf_counter() - step_start)
+            self.goodput.step_done(self.iteration)
             losses.append(loss)
             window_steps += 1
             progress.update(1, extra=f"lm loss {loss:.4f}")
@@ -345,7 +356,9 @@ class Trainer:
                 if value is not None:
                     self.tensorboard.add_scalar(name, float(value), self.iteration)
             self.tensorboard.flush()
+        self.goodput.save()
         if self.metrics:
+            self.metrics.set(**self.goodput.figures())
             self.metrics.set(iteration=self.iteration, trainIters=t.trainIters,
                              percent=100.0 * self.iteration / t.trainIters, loss=loss, learningRate=lr,
                              tokensPerSecond=tps, mfu=mfu, etaSeconds=eta,

@@ -91,8 +91,24 @@ class RunPolicy(KubeModel):
         return []
 
 
+class RecoveryPolicy(KubeModel):
+    """The recovery ladder, cheapest level first. In place: a worker process that fails (a crash, a collective
+    that timed out, a killed process) makes torchrun's agents restart every pod's workers, which load the last
+    checkpoint; the pods stay, nothing is scheduled or pulled. When those restarts run out the gang is replaced
+    (runPolicy.backoffLimit), avoiding a node known to be faulty; a node that is lost resizes an elastic job
+    (elasticPolicy). A failure the engine reports as its input's (exit code 2: a bad config, missing data) is not
+    retried in place."""
+
+    inPlaceRestarts: Annotated[int, Field(ge=0, le=100)] = 3
+    """Worker restarts in place (torchrun --max-restarts, with the c10d rendezvous on pod 0's masterPort) before
+    the gang is replaced; 0 turns the level off (a static rendezvous, and a worker's failure is the pod's)."""
+
+
 class TrainRunPolicy(RunPolicy):
-    """An AscendTrainJob's run policy: the common one plus hang detection."""
+    """An AscendTrainJob's run policy: the common one plus hang detection and the recovery ladder."""
 
     stallDetection: StallDetection = StallDetection()
     """Hang detection: a job whose iteration stops advancing is restarted (reason Stalled)."""
+    recovery: RecoveryPolicy = RecoveryPolicy()
+    """In-place restarts of the workers before the gang is replaced (engine jobs; a trainer's own command runs
+    as written)."""

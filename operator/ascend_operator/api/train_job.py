@@ -15,6 +15,7 @@ from .devices import DeviceSettings, HcclSettings
 from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
+from .recovery import Goodput, Recovery
 from .run_policy import TrainRunPolicy
 from .trainer import TrainerCommand
 
@@ -364,3 +365,7 @@ class AscendTrainJobStatus(JobStatusBase):
     """Ports assigned to a hostNetwork job."""
     elastic: ElasticStatus | None = None
     """Desired and current size of an elastic job."""
+    recoveries: list[Recovery] = []
+    """The newest recoveries (at most 20), oldest first: the ladder's level that handled each and what it cost."""
+    goodput: Goodput | None = None
+    """Productive training time against wall time, and where the rest went."""

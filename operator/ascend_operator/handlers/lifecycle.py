@@ -20,6 +20,7 @@ import asyncio
 import datetime as dt
 import logging
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,8 +29,8 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import attempts, fan_out, history, infra_fault, metrics
-from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER, Kind
+from .. import attempts, fan_out, goodput, history, infra_fault, metrics
+from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER, TRAIN_JOB, Kind
 from ..api.run_policy import RunPolicy, StallDetection
 from ..job_pods import JobPods, held, terminating
 from ..kubeclient import STOPPING, ShuttingDown
@@ -426,6 +427,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
                 _event(obj, "CreateFailed", message, warning=True)
             return status
         create_errors.reset(key)
+        if restarting and tracks_goodput(job):
+            status = goodput.old_pods_gone(status, time.time())
         if not is_true(status, "Created"):
             message = f"created {summarize(created)}" if created else "objects already exist"
             status["conditions"] = set_condition(status.get("conditions", []), "Created", "True", "Created",
@@ -438,25 +441,28 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     new = derive(current, job.replicas(spec), status, policy)
     if new.get("restarts", 0) > status.get("restarts", 0):
         _announce_avoided(obj, status, new)
-        return _gang_restart(job, obj, key, pods, new)
+        return _gang_restart(job, obj, key, pods, new, failed=current.in_phase("Failed"))
     if (change := job.resize(obj, desired, new, current)) is not None:
         new, reason, message = change
         if reason:  # a gang restart at the new size: the pods are created again once these are gone
             stopped = _delete_pods(key, attempts.stopping(pods.live()))
             metrics.RESIZES.labels(job.kind.kind, reason).inc()
-            _event(obj, reason, f"{message}; stopped {stopped} pod(s)", warning=reason == "ScaledIn")
-            return new
+            _event(obj, reason, f"{message}; stopped {stopped} pod(s) (recovery level Resize)",
+                   warning=reason == "ScaledIn")
+            return goodput.begin(new, "Resize", reason, message, time.time()) if tracks_goodput(job) else new
     reporters = _reporters(job, spec, current, name, attempt)
     progress, series, events = _live_progress(job, spec, reporters, _KEPT.get(key, 0))
     engine_events.post_new(key, obj, events)
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
+        if tracks_goodput(job):
+            new = goodput.fold(new, time.time())
         if series:
             # every point logged since the last scrape
             _KEPT[key] = history.record(kube(), obj, new["progress"], now(), series)
     new = stalls.check(key, obj, job.stall_detection(spec), policy, current, new, progress, at)
     if new.get("restarts", 0) > status.get("restarts", 0):
-        return _gang_restart(job, obj, key, pods, new, stalls.STALLED_GRACE_SECONDS)
+        return _gang_restart(job, obj, key, pods, new, stalls.STALLED_GRACE_SECONDS, current.in_phase("Failed"))
     if new["phase"] == "Succeeded":
         result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":
@@ -478,16 +484,23 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
 
 
 def _gang_restart(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, new: dict[str, Any],
-                  grace_seconds: int | None = None) -> dict[str, Any]:
+                  grace_seconds: int | None = None, failed: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Stop the gang: delete its pods that still run or wait; the finished ones (the failed pod that caused the
     restart) stay with their logs. ``_follow`` creates the next attempt's pods once these are gone. Counted by
-    reason."""
+    reason; a Replace recovery opens in status.recoveries (``failed``: the pods whose end it answers)."""
     restarting = condition(new, "Restarting")
     stopped = _delete_pods(key, attempts.stopping(pods.live()), grace_seconds)
     metrics.RESTARTS.labels(job.kind.kind, restarting["reason"]).inc()
     _event(obj, "GangRestart", f"{restarting['message']}; stopped {stopped} pod(s), the next attempt's pods are "
-                               f"named {key[2]}-<index>-{attempts.current(new)}", True)
+                               f"named {key[2]}-<index>-{attempts.current(new)} (recovery level Replace)", True)
+    if tracks_goodput(job):
+        new = goodput.begin(new, "Replace", restarting["reason"], restarting["message"], time.time(), failed)
     return new
+
+
+def tracks_goodput(job: JobKind) -> bool:
+    """Training jobs keep status.recoveries and status.goodput (the single-pod kinds have no training loop)."""
+    return job.kind.kind == TRAIN_JOB.kind
 
 
 def reconcile(job: JobKind, namespace: str, name: str) -> None:

@@ -85,7 +85,18 @@ LAUNCHER = [
     "--nnodes=$(NNODES)", "--nproc-per-node=$(NPROC_PER_NODE)", "--node-rank=$(NODE_RANK)",
     "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
 ]
-TORCHRUN = [*LAUNCHER, "-m", "ascend_engine", "train", "--config", CONFIG_FILE]
+
+def train_launcher(name: str, spec: AscendTrainJobSpec, index: int) -> list[str]:
+    """torchrun for training. With in-place restarts (runPolicy.recovery.inPlaceRestarts) the agents meet in a
+    c10d rendezvous that pod 0 hosts on masterPort, named after the job, so a failed worker is restarted in
+    every pod without the pods being replaced; the engine renumbers the ranks by pod index
+    (``ascend_engine.inplace``). Each pod's agent hosts nothing else than pod 0's store on its own address."""
+    restarts = spec.runPolicy.recovery.inPlaceRestarts
+    if not restarts:
+        return list(LAUNCHER)
+    return [*LAUNCHER[:3], "--nnodes=$(NNODES)", "--nproc-per-node=$(NPROC_PER_NODE)",
+            "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", f"--rdzv-id={name}",
+            f"--rdzv-conf=is_host={int(index == 0)}", "--local-addr=$(POD_IP)", f"--max-restarts={restarts}"]
 
 def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     """The user's command; with progress from its log lines it runs under ``ascend-engine watch``, and workers
@@ -100,14 +111,15 @@ def trainer_command(spec: AscendTrainJobSpec, index: int) -> list[str]:
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
             f"--timeout={spec.masterWaitSeconds}", "--", *run]
 
-def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
+def command(name: str, spec: AscendTrainJobSpec, index: int) -> list[str]:
     """torchrun; pods other than 0 first wait for the master's name and port (``ascend-engine wait-for-master``
     then execs torchrun), so a worker never fails because pod 0 is still being scheduled or pulled. With an
     evaluation block every pod runs a second torchrun, ``evaluate``, once training has succeeded; without train
     ``evaluate`` is the only one."""
     if spec.trainer:
         return trainer_command(spec, index)
-    run = list(TORCHRUN)
+    train = [*train_launcher(name, spec, index), "-m", "ascend_engine", "train", "--config", CONFIG_FILE]
+    run = train
     if not spec.train:
         run = [*LAUNCHER, "-m", "ascend_engine", "evaluate", "--config", EVALUATION_FILE]
     elif spec.evaluation:
@@ -116,7 +128,7 @@ def command(spec: AscendTrainJobSpec, index: int) -> list[str]:
         port = f"--master-port=$((MASTER_PORT + {EVALUATION_PORT_OFFSET}))"
         launcher = [a for a in LAUNCHER if not a.startswith("--master-port=")]
         evaluate = f"{shlex.join(launcher)} {port} -m ascend_engine evaluate --config {EVALUATION_FILE}"
-        run = ["sh", "-c", f"{shlex.join(TORCHRUN)} && {evaluate}"]
+        run = ["sh", "-c", f"{shlex.join(train)} && {evaluate}"]
     if index == 0:
         return run
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
@@ -131,7 +143,7 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))
-    main = container(spec, command(spec, index), env, limits, processes=spec.nprocPerNode)
+    main = container(spec, command(name, spec, index), env, limits, processes=spec.nprocPerNode)
     if spec.trainer and spec.trainer.workingDir:
         main["workingDir"] = spec.trainer.workingDir
     if not spec.trainer:

@@ -1,0 +1,148 @@
+"""``status.recoveries`` and ``status.goodput`` from the operator's decisions and rank 0's figures (pure functions).
+
+A recovery is opened when it begins: by the operator for a gang restart (Replace) or an elastic resize (Resize),
+or, for an in-place restart the operator never sees, when rank 0's figures show the pods' agents restarted the
+workers (InPlace). Its parts fill in as the times become known: the old pods gone (the next attempt's pods are
+created), the new engine process's start-up marks, and the moment it trained past the earlier high-water
+iteration, which closes it with ``totalSeconds``. ``status.goodput`` puts the job's wall time into productive
+training, recoveries and the rest.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ascend_engine.telemetry import GOODPUT_METRICS
+
+from .api.recovery import MAX_RECOVERIES
+
+_FIGURES = set(GOODPUT_METRICS.values())
+
+
+def stamp(at: float) -> str:
+    """RFC 3339 with milliseconds: the parts are computed back from it."""
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def seconds_of(text: str) -> float:
+    text = text.rstrip("Z")
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
+    return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def _finished_at(pods: list[dict[str, Any]]) -> float | None:
+    """When the first of the failed pods' containers ended."""
+    ends = [seconds_of(term["finishedAt"]) for p in pods for cs in p.get("status", {}).get("containerStatuses") or []
+            if (term := (cs.get("state") or {}).get("terminated")) and term.get("finishedAt")]
+    return min(ends) if ends else None
+
+
+def _high_water(status: dict[str, Any]) -> int:
+    return max((status.get("goodput") or {}).get("highWaterIteration") or 0,
+               (status.get("progress") or {}).get("iteration") or 0)
+
+
+def begin(status: dict[str, Any], level: str, reason: str, message: str, at: float,
+          failed_pods: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A gang restart or resize the operator decided at ``at``: a new open recovery."""
+    failed = _finished_at(list(failed_pods))
+    failed = failed if failed is not None and failed <= at else at
+    entry = {"level": level, "reason": reason, "message": message[:400], "time": stamp(at),
+             "seconds": {"detection": round(at - failed, 2)}, "highWaterIteration": _high_water(status)}
+    return _append(status, entry)
+
+
+def old_pods_gone(status: dict[str, Any], at: float) -> dict[str, Any]:
+    """The next attempt's pods are being created: the open Replace/Resize recovery's stopping ends."""
+    recoveries = [dict(r) for r in status.get("recoveries") or []]
+    if recoveries and recoveries[-1]["level"] != "InPlace" and "stopping" not in recoveries[-1]["seconds"]:
+        last = recoveries[-1]
+        last["seconds"] = {**last["seconds"], "stopping": round(max(0.0, at - seconds_of(last["time"])), 2)}
+        return {**status, "recoveries": recoveries}
+    return status
+
+
+def _append(status: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    kept = [dict(r) for r in status.get("recoveries") or []]
+    return {**status, "recoveries": (kept + [entry])[-MAX_RECOVERIES:]}
+
+
+def fold(status: dict[str, Any], at: float) -> dict[str, Any]:
+    """Move rank 0's goodput figures out of ``status.progress`` into the recoveries and ``status.goodput``."""
+    progress = dict(status.get("progress") or {})
+    figures = {k: progress.pop(k) for k in list(progress) if k in _FIGURES}
+    out = {**status, "progress": progress} if status.get("progress") is not None else dict(status)
+    goodput = dict(out.get("goodput") or {})
+    if figures.get("inPlaceRestarts", 0) > goodput.get("inPlaceRestarts", 0) and "failedTime" in figures:
+        out = _append(out, _in_place(figures, _high_water(out)))
+    if "processStartTime" in figures:
+        goodput["inPlaceRestarts"] = figures.get("inPlaceRestarts", 0)
+        out = _fill(out, figures)
+        goodput.update(_productive(goodput, figures))
+    goodput["highWaterIteration"] = _high_water(out)
+    return {**out, "goodput": _totals(out, goodput, at)}
+
+
+def _in_place(figures: dict[str, Any], high_water: int) -> dict[str, Any]:
+    failed = figures["failedTime"]
+    detected = figures.get("detectedTime", failed)
+    stopped = figures.get("stoppedTime", detected)
+    return {"level": "InPlace", "reason": "WorkerFailed", "message": "torchrun's agents restarted the workers in "
+            "every pod; no pod was replaced", "time": stamp(detected),
+            "seconds": {"detection": round(detected - failed, 2), "stopping": round(stopped - detected, 2)},
+            "highWaterIteration": high_water}
+
+
+def _fill(status: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """The newest open recovery's start-up and catch-up parts, once a process that began after it reports."""
+    recoveries = [dict(r) for r in status.get("recoveries") or []]
+    if not recoveries or recoveries[-1].get("totalSeconds") is not None:
+        return status
+    last = recoveries[-1]
+    parts = dict(last["seconds"])
+    detected = seconds_of(last["time"])
+    if figures["processStartTime"] < detected or "stopping" not in parts:
+        return status  # the old process still answers, or the old pods are not gone yet
+    stopped = detected + parts["stopping"]
+    marks = [("podStart", "processStartTime", stopped), ("rendezvous", "joinedTime", "processStartTime"),
+             ("checkpointLoad", "firstStepTime", "joinedTime")]
+    for part, end, begin_at in marks:
+        start = figures.get(begin_at) if isinstance(begin_at, str) else begin_at
+        if figures.get(end) is not None and start is not None:
+            parts[part] = round(max(0.0, figures[end] - start), 2)
+    if "loadedIteration" in figures:
+        last["fromIteration"] = figures["loadedIteration"]
+        last["lostIterations"] = max(0, last.get("highWaterIteration", 0) - figures["loadedIteration"])
+    if figures.get("caughtUpTime") and figures.get("firstStepTime"):
+        parts["retrain"] = round(max(0.0, figures["caughtUpTime"] - figures["firstStepTime"]), 2)
+        last["totalSeconds"] = round(figures["caughtUpTime"] - (detected - parts["detection"]), 2)
+    last["seconds"] = parts
+    return {**status, "recoveries": recoveries}
+
+
+def _productive(goodput: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """The engine's productive seconds carry over restarts in a file beside the checkpoints; without one
+    (no checkpoint.save) a new process counts from 0 and the operator adds what the earlier ones did."""
+    reported = figures.get("productiveSeconds") or 0.0
+    process = stamp(figures["processStartTime"])
+    base = goodput.get("productiveBeforeSeconds", 0.0)
+    if goodput.get("engineStartTime") not in (None, process) and \
+            reported < goodput.get("productiveSeconds", 0.0) - base:
+        base = goodput.get("productiveSeconds", 0.0)
+    return {"engineStartTime": process, "productiveBeforeSeconds": base, "productiveSeconds": round(base + reported, 2)}
+
+
+def _totals(status: dict[str, Any], goodput: dict[str, Any], at: float) -> dict[str, Any]:
+    start = status.get("startTime")
+    if not start:
+        return goodput
+    end = seconds_of(status["completionTime"]) if status.get("completionTime") else at
+    wall = max(0.0, end - seconds_of(start))
+    recovery = 0.0
+    for r in status.get("recoveries") or []:
+        failed = seconds_of(r["time"]) - r["seconds"].get("detection", 0.0)
+        recovery += r["totalSeconds"] if r.get("totalSeconds") is not None else max(0.0, end - failed)
+    productive = goodput.get("productiveSeconds", 0.0)
+    return {**goodput, "wallSeconds": round(wall, 2), "recoverySeconds": round(recovery, 2),
+            "productiveSeconds": round(productive, 2), "otherSeconds": round(wall - productive - recovery, 2),
+            "goodput": round(productive / wall, 4) if wall > 0 else None}
