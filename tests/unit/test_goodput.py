@@ -1,0 +1,71 @@
+"""status.recoveries and status.goodput from the operator's decisions and rank 0's figures: each recovery's parts
+are the differences of the measured times and add up to its total; the job's wall time is productive + recovery
++ other."""
+from __future__ import annotations
+
+from ascend_operator import goodput
+from ascend_operator.goodput import stamp
+
+T0 = 1_790_000_000.0  # a start time (unix seconds)
+
+
+def _started(**extra):
+    return {"startTime": stamp(T0).split(".")[0] + "Z", "progress": {"iteration": 0}, **extra}
+
+
+def test_a_replace_recovery_fills_its_parts_as_the_times_become_known_and_they_add_up():
+    status = _started(progress={"iteration": 23})
+    failed_pod = {"status": {"containerStatuses": [{"state": {"terminated": {"finishedAt": stamp(T0 + 100)}}}]}}
+    status = goodput.begin(status, "Replace", "PodFailed", "pod j-1-0 failed", T0 + 102.5, [failed_pod])
+    entry = status["recoveries"][-1]
+    assert entry["level"] == "Replace" and entry["highWaterIteration"] == 23
+    assert entry["seconds"] == {"detection": 2.5}
+    status = goodput.old_pods_gone(status, T0 + 110.0)  # the next attempt's pods are created
+    assert status["recoveries"][-1]["seconds"]["stopping"] == 7.5
+    # the old process still answers (started before the recovery): nothing is filled from it
+    old = goodput.fold({**status, "progress": {"iteration": 23, "processStartTime": T0 + 1}}, T0 + 111)
+    assert set(old["recoveries"][-1]["seconds"]) == {"detection", "stopping"}
+    new_process = {"processStartTime": T0 + 125.0, "joinedTime": T0 + 140.0, "firstStepTime": T0 + 146.0,
+                   "loadedIteration": 20, "productiveSeconds": 60.0}
+    status = goodput.fold({**status, "progress": {"iteration": 21, **new_process}}, T0 + 150)
+    entry = status["recoveries"][-1]
+    assert entry["seconds"] == {"detection": 2.5, "stopping": 7.5, "podStart": 15.0, "rendezvous": 15.0,
+                                "checkpointLoad": 6.0}
+    assert entry["fromIteration"] == 20 and entry["lostIterations"] == 3 and "totalSeconds" not in entry
+    assert "processStartTime" not in status["progress"]  # moved out of progress
+    status = goodput.fold({**status, "progress": {"iteration": 25, **new_process, "caughtUpTime": T0 + 152.0,
+                                                   "productiveSeconds": 61.0}}, T0 + 160)
+    entry = status["recoveries"][-1]
+    assert entry["seconds"]["retrain"] == 6.0 and entry["totalSeconds"] == 52.0
+    assert abs(sum(entry["seconds"].values()) - entry["totalSeconds"]) < 1e-6
+    g = status["goodput"]
+    assert g["wallSeconds"] == 160.0 and g["recoverySeconds"] == 52.0 and g["productiveSeconds"] == 61.0
+    assert g["otherSeconds"] == 47.0 and g["goodput"] == round(61 / 160, 4) and g["highWaterIteration"] == 25
+
+
+def test_an_in_place_restart_is_opened_from_rank_0s_figures_once():
+    status = _started(progress={"iteration": 14}, goodput={"inPlaceRestarts": 0, "highWaterIteration": 14})
+    figures = {"inPlaceRestarts": 1, "failedTime": T0 + 50.0, "detectedTime": T0 + 50.4, "stoppedTime": T0 + 50.6,
+               "processStartTime": T0 + 50.7, "joinedTime": T0 + 60.7, "firstStepTime": T0 + 62.0,
+               "loadedIteration": 10, "productiveSeconds": 30.0}
+    status = goodput.fold({**status, "progress": {"iteration": 11, **figures}}, T0 + 63)
+    status = goodput.fold({**status, "progress": {"iteration": 12, **figures}}, T0 + 64)  # read again: no second
+    assert [r["level"] for r in status["recoveries"]] == ["InPlace"]
+    entry = status["recoveries"][0]
+    assert entry["seconds"] == {"detection": 0.4, "stopping": 0.2, "podStart": 0.1, "rendezvous": 10.0,
+                                "checkpointLoad": 1.3}
+    assert entry["lostIterations"] == 4 and status["goodput"]["inPlaceRestarts"] == 1
+    # a replaced gang's new pods report no restarts: the count starts again, and their first one is seen
+    status = goodput.fold({**status, "progress": {"iteration": 15, **figures, "inPlaceRestarts": 0,
+                                                   "processStartTime": T0 + 90}}, T0 + 95)
+    assert status["goodput"]["inPlaceRestarts"] == 0
+
+
+def test_productive_seconds_carry_over_a_process_that_could_not_keep_them():
+    status = _started()
+    status = goodput.fold({**status, "progress": {"processStartTime": T0 + 1, "productiveSeconds": 40.0}}, T0 + 50)
+    # no checkpoint.save: the next process counts from 0 again; the operator keeps the earlier 40 s
+    status = goodput.fold({**status, "progress": {"processStartTime": T0 + 60, "productiveSeconds": 5.0}}, T0 + 70)
+    assert status["goodput"]["productiveSeconds"] == 45.0
+    status = goodput.fold({**status, "progress": {"processStartTime": T0 + 60, "productiveSeconds": 9.0}}, T0 + 75)
+    assert status["goodput"]["productiveSeconds"] == 49.0

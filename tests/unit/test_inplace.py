@@ -1,0 +1,32 @@
+"""The in-place rung's small decisions: ranks follow the pod index under the c10d rendezvous, and the launcher's
+report when torchrun's restarts ran out (the operator's cue to replace the gang) or not."""
+from __future__ import annotations
+
+import json
+import os
+
+from ascend_engine import inplace
+from ascend_operator.api.run_policy import RunPolicy
+from ascend_operator.status import _failure
+
+
+def test_ranks_follow_the_pod_index_whatever_order_the_rendezvous_chose(monkeypatch):
+    for name, value in {"TORCHELASTIC_RUN_ID": "j", "NODE_RANK": "2", "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                        "RANK": "5", "GROUP_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    inplace.rank_by_pod()
+    assert (os.environ["RANK"], os.environ["GROUP_RANK"], os.environ[inplace.TORCHRUN_RANK_ENV]) == ("9", "2", "5")
+
+
+def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang():
+    record = {"restarts": 3, "maxRestarts": 3, "exhausted": True,
+              "last": {"failures": [{"localRank": 0, "exitCode": -9, "signal": "SIGKILL", "failedAt": 1.0}]}}
+    report = inplace.exhausted_report(record)
+    assert report == {"status": "Failed", "reason": "InPlaceRecoveryExhausted",
+                      "message": "local rank 0 killed by SIGKILL after 3 in-place restart(s) "
+                                 "(runPolicy.recovery.inPlaceRestarts 3)"}
+    assert inplace.exhausted_report({**record, "exhausted": False}) is None  # a deliberate failure's report stands
+    pod = {"metadata": {"name": "j-1-0"}, "status": {"containerStatuses": [{"state": {"terminated": {
+        "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}
+    retryable, reason, message = _failure(pod, RunPolicy())
+    assert retryable and reason == "InPlaceRecoveryExhausted" and "killed by SIGKILL" in message
