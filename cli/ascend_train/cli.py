@@ -9,6 +9,7 @@
     ascend-train local demo --file FILE        up, apply FILE, follow the jobs to the end, exit 0 if all succeeded
     ascend-train apply -f FILE [--dry-run]     create or update every document of FILE (--dry-run: validate only)
     ascend-train validate -f FILE              check FILE offline: every error, as file:line: field: message
+    ascend-train plan -f FILE                  each job's memory estimate per pipeline stage against its device
     ascend-train get KIND [NAME]               a table (CRD printer columns) or one object as YAML
     ascend-train delete KIND NAME              delete one object
     ascend-train logs POD [-f]                 the pod's container output (-f: follow it until the pod ends)
@@ -80,10 +81,36 @@ def _is_custom(r: ApiResource) -> bool:
 SERVER_SET_METADATA = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink")
 
 
+def _memory_refusals(docs: list[dict[str, Any]]) -> list[str]:
+    """The AscendTrainJobs whose layout cannot fit their device's memory, with the figures (docs/plan.md); a spec
+    the model refuses is left to the server, which names its field."""
+    from pydantic import ValidationError
+
+    from ascend_operator import plan
+    from ascend_operator.api.train_job import AscendTrainJobSpec
+
+    refused = []
+    for doc in docs:
+        if doc.get("kind") != "AscendTrainJob" or not isinstance(doc.get("spec"), dict):
+            continue
+        try:
+            spec = AscendTrainJobSpec.model_validate(doc["spec"])
+        except ValidationError:
+            continue
+        why = plan.refusal(plan.job_plan(spec))
+        if why:
+            refused.append(f"ascendtrainjob/{doc['metadata']['name']}: {plan.REFUSED}: {why}")
+    return refused
+
+
 def apply_file(resources: ResourceClient, path: str, namespace: str,
                field_validation: str = "Strict") -> list[tuple[ApiResource, dict[str, Any]]]:
     applied = []
-    for doc in _load_documents(path):
+    docs = _load_documents(path)
+    refused = _memory_refusals(docs)
+    if refused:  # nothing of the file is applied, as kubectl applies nothing of a file the server refuses
+        raise UsageError("\n".join(refused))
+    for doc in docs:
         doc = {**doc, "metadata": {k: v for k, v in doc["metadata"].items() if k not in SERVER_SET_METADATA}}
         obj, action = resources.apply(doc, namespace, field_validation)
         r = resources.for_object(doc)
@@ -271,9 +298,62 @@ def validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan(args: argparse.Namespace) -> int:
+    """Each AscendTrainJob's per-device memory estimate per pipeline stage, against its device's memory."""
+    from ascend_engine.plan.memory import table
+    from ascend_operator import plan as job_plan
+    from ascend_operator.api.train_job import AscendTrainJobSpec
+    from ascend_operator.validation import validate_text
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    docs, problems = validate_text(text, args.file)
+    problems = [p for p in problems if not p.message.startswith(job_plan.REFUSED)]  # shown below with the table
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    code, shown = 0, 0
+    for doc in docs:
+        if doc.get("kind") != "AscendTrainJob" or not (doc.get("spec") or {}).get("train"):
+            continue
+        spec = AscendTrainJobSpec.model_validate(doc["spec"])
+        estimate = job_plan.job_plan(spec)
+        p, t = spec.train.parallel, spec.train.training
+        dp = spec.world_size // (p.tensorModelParallelSize * p.pipelineModelParallelSize)
+        print(f"{'' if not shown else chr(10)}ascendtrainjob/{doc['metadata']['name']}: {spec.nnodes} pod(s) x "
+              f"{spec.nprocPerNode}, TP {p.tensorModelParallelSize} PP {p.pipelineModelParallelSize} DP {dp}"
+              f"{f' EP {p.expertModelParallelSize}' if p.expertModelParallelSize > 1 else ''}, micro-batch "
+              f"{t.microBatchSize} x {t.seqLength} tokens, {t.precision}, recompute "
+              f"{t.recomputeGranularity or 'none'}, distributed optimizer "
+              f"{'on' if p.useDistributedOptimizer else 'off'}; GiB per device:")
+        print(table(estimate))
+        for note in estimate.notes:
+            print(f"note: {note}")
+        refused, near = job_plan.refusal(estimate), job_plan.warning(estimate)
+        if refused:
+            print(f"refused ({job_plan.REFUSED}): {refused}")
+            code = 1
+        elif near:
+            print(f"warning ({job_plan.NEAR}): {near}")
+        else:
+            print(f"{estimate.verdict}: {estimate.summary()}")
+        shown += 1
+    if not shown:
+        print(f"{args.file}: no AscendTrainJob with train: nothing to plan")
+    return code
+
+
 def apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         return validate(args)
+    if args.file != "-":  # refused before a cluster is needed (apply_file checks again, for stdin too)
+        refused = _memory_refusals(_load_documents(args.file))
+        if refused:
+            raise UsageError("\n".join(refused))
     resources = _client(args.root)
     try:
         apply_file(resources, args.file, args.namespace, args.validate.capitalize())
@@ -505,6 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("validate", help="check a file offline: every error with file:line: field")
     sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
     sub.set_defaults(func=validate)
+    sub = commands.add_parser("plan", help="each job's memory estimate per pipeline stage against its device "
+                                           "(offline; exit 1 when a layout cannot fit)")
+    sub.add_argument("-f", "--file", required=True, help="YAML with one or more documents ('-': stdin)")
+    sub.set_defaults(func=plan)
     sub = commands.add_parser("get", help="list a kind (printer columns) or show one object")
     sub.add_argument("kind", help="what to get: a kind, plural or short name (atj, dsp, ckc, pods, cm, ...)")
     sub.add_argument("name", nargs="?", help="one object's name: shown whole as YAML (default: a table of all)")

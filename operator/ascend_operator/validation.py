@@ -2,7 +2,8 @@
 
 The checks the operator makes, without a cluster: fields the CRD generated from the pydantic models does not know
 (kube-apiserver would prune them or, under ``fieldValidation=Strict``, refuse them), then the spec's pydantic model
-itself, the single source of truth that also generates the CRD's bounds, enums and CEL rules. Every problem of every
+itself, the single source of truth that also generates the CRD's bounds, enums and CEL rules, then an AscendTrainJob's
+memory plan (a layout that cannot fit the device's memory is refused with its figures, as the operator refuses it). Every problem of every
 document is reported at once as ``file:line: field: message``, an unknown field with the nearest known name ("did
 you mean ..."). What only kube-apiserver can judge (its CEL evaluation, admission) is judged by ``kubectl apply
 --dry-run=server`` against a cluster.
@@ -18,8 +19,9 @@ from pydantic import ValidationError
 
 from ascend_engine.config.loader import yaml_lines
 
+from . import plan
 from .api.crdgen import crd
-from .api.group import API_GROUP as GROUP
+from .api.group import API_GROUP as GROUP, TRAIN_JOB
 from .api.resources import RESOURCES
 
 
@@ -95,11 +97,16 @@ def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
         add(("spec",), "Required value: an object")
         return problems
     try:
-        RESOURCES[kind].spec.model_validate(doc["spec"])
+        spec = RESOURCES[kind].spec.model_validate(doc["spec"])
     except ValidationError as exc:
         for error in exc.errors():
             if error["type"] != "extra_forbidden":  # reported above, with the nearest known name
                 add(("spec",) + tuple(error["loc"]), error["msg"].removeprefix("Value error, "))
+        return problems
+    if kind == TRAIN_JOB.kind:  # the memory plan, as the operator checks it before creating pods (docs/plan.md)
+        too_big = plan.refusal(plan.job_plan(spec))
+        if too_big:
+            add(("spec", "train"), f"{plan.REFUSED}: {too_big}")
     return problems
 
 

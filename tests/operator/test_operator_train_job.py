@@ -185,3 +185,19 @@ def test_invalid_jobs_are_rejected_naming_the_field(operator, api_client, namesp
     assert "spec.train" in message and "warm-up (20 iterations) must be shorter than training.trainIters (10)" \
         in message
     assert pods_of(api_client, namespace, "warmup") == []
+    # One that fits carries its plan in the status from the start.
+    create(api_client, namespace, job("fits"))
+    status = wait_for(lambda: (get_job(api_client, namespace, "fits").get("status") or {}).get("phase") and
+                      get_job(api_client, namespace, "fits")["status"], what="fits' status")
+    plan = status.get("plan")
+    assert plan, status
+    assert plan["verdict"] == "fits" and plan["device"] == "Ascend 910B" and plan["deviceGiB"] == 64
+    # A layout that cannot fit its device's memory (docs/plan.md): Failed before any pod, with the figures.
+    huge = job("huge", nnodes=1, train={"model": {"numLayers": 32, "hiddenSize": 8192, "numAttentionHeads": 64,
+                                                  "vocabSize": 128000}, "training": {"precision": "bf16"}})
+    create(api_client, namespace, huge)
+    status = phase_is(api_client, namespace, "huge", "Failed")
+    assert status["conditions"][0]["reason"] == "InsufficientDeviceMemory"
+    assert "stage 0 of 1 needs" in status["conditions"][0]["message"]
+    assert "of 64.00 GiB on Ascend 910B" in status["conditions"][0]["message"]
+    assert pods_of(api_client, namespace, "huge") == []

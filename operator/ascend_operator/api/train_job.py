@@ -11,7 +11,7 @@ from ascend_engine.config.evaluate import EvaluateConfig
 from ascend_engine.config.shape_rules import SHAPE_RULES, SPEC_RULES
 from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConfig
 
-from .devices import DeviceSettings, HcclSettings
+from .devices import HcclSettings, TrainDeviceSettings
 from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
 from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
@@ -130,7 +130,7 @@ class AscendTrainJobSpec(PodSettings):
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
     nprocPerNode: Annotated[int, Field(ge=1, le=64)] = 1
     """Processes per pod; each gets one device of `devices.resource`."""
-    devices: DeviceSettings = DeviceSettings()
+    devices: TrainDeviceSettings = TrainDeviceSettings()
     """Accelerator requested per pod."""
     hccl: HcclSettings = HcclSettings()
     """HCCL settings for Ascend pods."""
@@ -354,6 +354,44 @@ class HostPorts(KubeModel):
     """HCCL_IF_BASE_PORT (HCCL uses ports from here up)."""
 
 
+class PlanStage(KubeModel):
+    """One pipeline stage's estimate per device, in GiB."""
+
+    stage: int
+    """Pipeline stage index."""
+    totalGiB: float
+    """Everything below plus the fixed framework overhead."""
+    paramsGiB: float
+    """Model weights held by one device of the stage."""
+    gradsGiB: float
+    """Main gradients (fp32)."""
+    optimizerGiB: float
+    """Optimizer state (fp32 master weights and moments; divided by DP with the distributed optimizer)."""
+    activationsGiB: float
+    """Activations of the micro-batches in flight under 1F1B."""
+
+
+class PlanStatus(KubeModel):
+    """The memory plan the operator checked before creating the pods (docs/plan.md)."""
+
+    largestStage: int
+    """The pipeline stage with the largest per-device estimate."""
+    peakBytes: int
+    """Its estimate per device, in bytes."""
+    peakGiB: float
+    """The same in GiB."""
+    verdict: Literal["fits", "near", "exceeds", "unknown"]
+    """fits; near (over 90% of the device's memory: warned); exceeds (refused); unknown (no device memory)."""
+    device: str | None = None
+    """The device the estimate was held against (Ascend 910B, a GPU product), absent for CPU pods."""
+    deviceBytes: int | None = None
+    """Memory of one device in bytes."""
+    deviceGiB: float | None = None
+    """The same in GiB."""
+    stages: list[PlanStage] = []
+    """Every stage's estimate."""
+
+
 class AscendTrainJobStatus(JobStatusBase):
     """Observed state of an AscendTrainJob."""
 
@@ -369,3 +407,5 @@ class AscendTrainJobStatus(JobStatusBase):
     """The newest recoveries (at most 20), oldest first: the ladder's level that handled each and what it cost."""
     goodput: Goodput | None = None
     """Productive training time against wall time, and where the rest went."""
+    plan: PlanStatus | None = None
+    """The per-device memory estimate checked when the operator admitted the job."""

@@ -1,4 +1,5 @@
-"""Helpers the handlers of every kind share: one API client, spec validation with a named field."""
+"""Helpers the handlers of every kind share: one API client, spec validation with a named field (and, for an
+AscendTrainJob, its memory plan against the device's memory)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -8,6 +9,8 @@ from pydantic import BaseModel, ValidationError
 
 from ascend_engine.config.loader import format_validation_error
 
+from .. import plan
+from ..api.group import TRAIN_JOB
 from ..kubeclient import Kube
 from ..object_cache import JOBS
 from . import pod_policy
@@ -34,6 +37,10 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
     refused = pod_policy.denied(parsed)
     if refused:
         _fail(kind, namespace, name, body, "PolicyViolation", f"{kind} {namespace}/{name}: {refused}")
+        return None
+    too_big = plan.refusal(plan.job_plan(parsed)) if kind == TRAIN_JOB.kind else None
+    if too_big:  # before any pod exists: the layout cannot fit the device (docs/plan.md)
+        _fail(kind, namespace, name, body, plan.REFUSED, f"{kind} {namespace}/{name}: {too_big}")
         return None
     return parsed
 
