@@ -1,6 +1,7 @@
 """Numerics-aware recovery on real data under torchrun (CPU, DP2): a poisoned window of garbage samples makes the
 loss spike; the run rolls back to its checkpoint, skips that window and trains on as if the data never held it; a
-second poisoned window, with the rollbacks used up, ends the run with NumericFault."""
+second poisoned window, with the rollbacks used up, ends the run with NumericFault; a restart with one more rollback
+allowed keeps the record and ends with the losses of the run whose data never held either window."""
 from __future__ import annotations
 
 import json
@@ -113,3 +114,17 @@ def test_a_poisoned_window_is_rolled_back_skipped_and_the_run_matches_one_withou
     assert record["rollbacks"] == 1
     assert [(w["iteration"], w["first_sample"], w["end_sample"]) for w in record["skipped_windows"]] == [(11, 40, 44)]
     assert [i for i, _ in record["recent_losses"]] == [13, 14, 15, 16]
+
+    # A restart from that checkpoint with one more rollback allowed keeps the record: it skips the first window
+    # already passed, counts the second rollback as the second, and ends with the clean run's losses.
+    resumed = config(tmp_path / "poisoned", tmp_path, "poisoned")
+    resumed["checkpoint"]["load"] = resumed["checkpoint"]["save"]
+    resumed["numerics"]["maxRollbacks"] = 2
+    proc, steps = run_train(tmp_path, resumed, name="resumed.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "numerics: iteration 18 (samples 72-75 of the run)" in proc.stdout and "rolled back to iteration 16" in \
+        proc.stdout and "rollback 2 of 2" in proc.stdout, proc.stdout[-3000:]
+    losses = {i: loss for i, _, loss in steps}
+    assert sorted(losses) == [17, 18, 19, 20] and steps[-1][1] == ITERS * BATCH + 2 * BATCH
+    for i in range(17, ITERS + 1):
+        assert losses[i] == pytest.approx(reference[i], rel=1e-5), (i, losses[i], reference[i])
