@@ -185,6 +185,17 @@ def test_the_dashboard_shows_a_pipeline_its_evaluation_a_failure_and_two_runs_on
             _status(resources, "ckc", "qwen3-mcore2hf", {"phase": "Running"})
             _status(resources, "atj", "sft", {
                 "phase": "Succeeded", "progress": {"iteration": 60, "trainIters": 60, "percent": 100.0, "loss": 1.2},
+                "recoveries": [  # as goodput.py writes them (tests/unit/test_goodput.py)
+                    {"level": "InPlace", "reason": "WorkerFailed", "time": "2026-01-01T00:00:30.000Z",
+                     "lostIterations": 3, "totalSeconds": 20.0, "seconds": {
+                         "detection": 0.5, "stopping": 0.5, "podStart": 0.1, "rendezvous": 12.0,
+                         "checkpointLoad": 2.9, "retrain": 4.0}},
+                    {"level": "Replace", "reason": "InPlaceRecoveryExhausted", "time": "2026-01-01T00:01:00.000Z",
+                     "lostIterations": 2, "totalSeconds": 40.0, "seconds": {
+                         "detection": 1.0, "stopping": 5.0, "podStart": 14.0, "rendezvous": 12.0,
+                         "checkpointLoad": 3.0, "retrain": 5.0}}],
+                "goodput": {"goodput": 0.5, "wallSeconds": 200.0, "productiveSeconds": 100.0,
+                            "recoverySeconds": 60.0, "otherSeconds": 40.0},
                 "evaluation": {"summary": "mmlu=0.42 gsm8k=0.1", "tasks": [
                     {"task": "mmlu", "accuracy": 0.42, "samples": 100, "seconds": 12.5},
                     {"task": "gsm8k", "accuracy": 0.1, "samples": 50, "seconds": 30.0}]}})
@@ -219,6 +230,14 @@ def test_the_dashboard_shows_a_pipeline_its_evaluation_a_failure_and_two_runs_on
                 assert linked["kind"] == "DatasetPrep" and linked["status"]["phase"] == "Succeeded"
                 assert re.search(r'<tr data-task="mmlu"><td>mmlu</td><td>42.0%</td><td>100</td>', sft)
                 assert '<tr data-task="gsm8k">' in sft
+                # goodput, and one stacked bar per recovery on one scale (the longest, 40 s, is the full width)
+                assert 'data-goodput="0.5">goodput 50.0%: productive' in sft
+                bars = re.findall(r'<div class="recovery" data-level="(\w+)">.*?</div></div>', sft)
+                assert bars == ["InPlace", "Replace"], sft[sft.find("recoveries"):][:2000]
+                widths = re.findall(r'data-part="(\w+)" style="width:([\d.]+)%"', sft)
+                assert widths[:6] == [("detection", "1.25"), ("stopping", "1.25"), ("podStart", "0.25"),
+                                      ("rendezvous", "30.00"), ("checkpointLoad", "7.25"), ("retrain", "10.00")]
+                assert sum(float(w) for _, w in widths[6:]) == 100.0
                 loss = chart(dom, "sft", "loss")
                 assert_axes(loss)
                 assert 'data-log="1"' in loss and "log scale" in loss  # the loss on a log axis

@@ -5,6 +5,7 @@ to a gang restart (Replace). The job ends with the loss curve of an uninterrupte
 status.goodput's parts add up to its wall time."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -82,6 +83,8 @@ def test_a_killed_worker_recovers_in_place_then_falls_through_to_replace_with_th
         reference = _losses(cluster, ["twin-0-0"])
         resources.close()
 
+    print(json.dumps({"recoveries": final.get("recoveries"), "goodput": final.get("goodput"),
+                      "twin": twin.get("goodput")}, indent=1))  # the figures docs/faults.md quotes (pytest -s)
     assert final["phase"] == "Succeeded" and twin["phase"] == "Succeeded", (final, twin)
     levels = [(r["level"], r["reason"]) for r in final["recoveries"]]
     assert levels == [("InPlace", "WorkerFailed"), ("Replace", "InPlaceRecoveryExhausted")], final["recoveries"]

@@ -1,7 +1,7 @@
 """The dashboard page: one HTML document with no external assets (clusters are often offline). It polls
 ``/api/jobs`` every 2 s and draws, per job: the pipeline (DatasetPrep -> CheckpointConvert -> AscendTrainJob ->
 evaluation -> export) with each part's phase and a link to it, the failure cause, the evaluation results per task,
-and a chart per series the job has, as SVG with axes, ticks and units, every kept point a circle whose title is
+the goodput and a stacked bar per recovery (its measured parts), and a chart per series the job has, as SVG with axes, ticks and units, every kept point a circle whose title is
 its value (and a tooltip on hover), a log scale and smoothing for the losses, and another run's curve on the same
 chart. The view's settings live in the URL's fragment (``#log=1&smooth=0.6&compare=ns/a:ns/b``), so a view can be
 shared and tested."""
@@ -48,6 +48,14 @@ PAGE = r"""<!doctype html>
  circle.pt { fill: #2563eb; r: 1.6; } circle.pt:hover { r: 4; }
  .legend { font-size: 11px; } .legend .mine { color: #2563eb; } .legend .other { color: #ea580c; }
  .empty { color: #9aa1ad; font-size: 12px; }
+ .recoveries { font-size: 12px; color: #4a5263; margin: 6px 0; }
+ .recovery { display: grid; grid-template-columns: 300px 1fr 70px; gap: 8px; align-items: center; margin: 2px 0; }
+ .stack { display: flex; height: 12px; background: #f1f2f5; border-radius: 3px; overflow: hidden; }
+ .seg { height: 100%; } .seg.detection { background: #ef4444; } .seg.stopping { background: #f59e0b; }
+ .seg.podStart { background: #a855f7; } .seg.rendezvous { background: #3b82f6; }
+ .seg.checkpointLoad { background: #14b8a6; } .seg.retrain { background: #64748b; }
+ .parts-legend span::before { content: ""; display: inline-block; width: 9px; height: 9px; margin: 0 3px 0 10px;
+                              border-radius: 2px; background: var(--c); }
  #tip { position: fixed; pointer-events: none; background: #1d2330; color: #fff; font-size: 12px; padding: 3px 6px;
         border-radius: 4px; display: none; z-index: 5; }
 </style></head>
@@ -197,6 +205,28 @@ function evaluation(e) {
       `<td>${t.samples}</td><td>${t.seconds === undefined || t.seconds === null ? "-" : eta(t.seconds)}</td></tr>`).join("") +
     `</table>`;
 }
+const PARTS = [["detection", "detection", "#ef4444"], ["stopping", "stopping", "#f59e0b"],
+  ["podStart", "pod start", "#a855f7"], ["rendezvous", "rendezvous", "#3b82f6"],
+  ["checkpointLoad", "checkpoint load", "#14b8a6"], ["retrain", "steps again", "#64748b"]];
+function recoveries(j) {  // goodput, then one stacked bar per recovery: its parts in seconds, on one scale
+  const rs = j.recoveries || [], g = j.goodput;
+  if (!rs.length && !(g && g.goodput !== undefined && g.goodput !== null)) return "";
+  const total = r => PARTS.reduce((s, [k]) => s + (r.seconds[k] || 0), 0);
+  const longest = Math.max(1e-9, ...rs.map(total));
+  const head = g && g.goodput !== undefined && g.goodput !== null ?
+    `<div class="goodput" data-goodput="${g.goodput}">goodput ${(100 * g.goodput).toFixed(1)}%: productive ` +
+    `${eta(g.productiveSeconds)} of ${eta(g.wallSeconds)}, recoveries ${eta(g.recoverySeconds)}, other ` +
+    `${eta(g.otherSeconds)}</div>` : "";
+  const rows = rs.map(r => `<div class="recovery" data-level="${esc(r.level)}"><span>${esc(r.level)} &middot; ` +
+    `${esc(r.reason)}${r.lostIterations !== undefined && r.lostIterations !== null ? ` &middot; ${r.lostIterations} steps again` : ""}` +
+    `</span><div class="stack">` + PARTS.filter(([k]) => r.seconds[k]).map(([k, label]) =>
+      `<div class="seg ${k}" data-part="${k}" style="width:${(100 * r.seconds[k] / longest).toFixed(2)}%" ` +
+      `title="${label} ${r.seconds[k].toFixed(1)} s"></div>`).join("") +
+    `</div><span>${(r.totalSeconds ?? total(r)).toFixed(1)} s</span></div>`).join("");
+  const legend = rs.length ? `<div class="parts-legend">${PARTS.map(([, label, c]) =>
+    `<span style="--c:${c}">${label}</span>`).join("")}</div>` : "";
+  return `<div class="recoveries">${head}${rows}${legend}</div>`;
+}
 function render(data) {
   const jobsByKey = Object.fromEntries(data.jobs.map(j => [j.namespace + "/" + j.name, j]));
   const html = data.jobs.map(j => {
@@ -210,7 +240,7 @@ function render(data) {
       ` &middot; ${fmt(p.tokensPerSecond)} tokens/s &middot; restarts ${j.restarts}</span></div>` +
       `<div class="bar"><div style="width:${pct}%"></div></div>` + pipeline(j) +
       (j.phase === "Failed" && j.message ? `<div class="failure">${esc(j.message)}</div>` : "") +
-      evaluation(j.evaluation) +
+      evaluation(j.evaluation) + recoveries(j) +
       (charts.length ? `<div class="charts">${charts.map(([k, t, u]) => chart(j, k, t, u, jobsByKey)).join("")}</div>`
         : `<p class="empty">no logged points yet</p>`) + `</section>`;
   }).join("");
