@@ -295,7 +295,19 @@ def validate(args: argparse.Namespace) -> int:
     for doc in docs:
         suffix = " (dry run)" if getattr(args, "dry_run", False) else ""
         print(f"{str(doc['kind']).lower()}/{doc['metadata']['name']} valid{suffix}")
+        if doc.get("kind") == "AscendTrainJob":
+            _warn_near_memory(doc)
     return 0
+
+
+def _warn_near_memory(doc: dict[str, Any]) -> None:
+    """A printed warning for a job whose largest stage is over 90% of its device's memory (docs/plan.md)."""
+    from ascend_operator import plan
+    from ascend_operator.api.train_job import AscendTrainJobSpec
+
+    near = plan.warning(plan.job_plan(AscendTrainJobSpec.model_validate(doc["spec"])))
+    if near:
+        print(f"warning: ascendtrainjob/{doc['metadata']['name']}: {plan.NEAR}: {near}", file=sys.stderr)
 
 
 def plan(args: argparse.Namespace) -> int:

@@ -146,3 +146,14 @@ def test_validate_and_apply_refuse_a_layout_that_cannot_fit(tmp_path, capsys):
     assert main(["--root", str(tmp_path), "apply", "-f", str(path)]) == 1
     assert "InsufficientDeviceMemory" in capsys.readouterr().err
     assert main(["validate", "-f", str(_job(tmp_path, 2, 4))]) == 0
+    capsys.readouterr()
+
+
+def test_validate_warns_near_the_edge(tmp_path, capsys):
+    path = _job(tmp_path, 2, 4)
+    job = yaml.safe_load(path.read_text())
+    job["spec"]["devices"] = {"memoryGiB": 60}  # the largest stage needs 55.7 GiB: 93%
+    path.write_text(yaml.safe_dump(job))
+    assert main(["validate", "-f", str(path)]) == 0
+    assert "warning: ascendtrainjob/qwen3-14b: NearDeviceMemory: the layout is near the device's memory" in \
+        capsys.readouterr().err
