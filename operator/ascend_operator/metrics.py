@@ -1,5 +1,5 @@
-"""The operator's own Prometheus metrics: jobs by kind and phase, gang restarts by reason, stalls, reconcile
-latency, API errors.
+"""The operator's own Prometheus metrics: jobs by kind and phase, gang restarts by reason, stalls, recoveries by
+level, training jobs' goodput, reconcile latency, API errors.
 
 Served on ``settings.METRICS_PORT`` by ``serve`` (called once at operator start-up).
 """
@@ -23,6 +23,10 @@ RESIZES = Counter("ascend_operator_elastic_resizes", "Elastic jobs restarted at 
                   "ScaledOut)", ["kind", "reason"], registry=REGISTRY)
 RECONCILE_SECONDS = Histogram("ascend_operator_reconcile_seconds", "Time to reconcile one job", ["kind"],
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
+RECOVERIES = Counter("ascend_operator_recoveries", "Recoveries by the level of the ladder that handled them "
+                     "(InPlace, Replace, Resize; status.recoveries)", ["kind", "level"], registry=REGISTRY)
+GOODPUT = Gauge("ascend_operator_job_goodput", "A training job's productive training time over its wall time "
+                "(status.goodput.goodput)", ["namespace", "name"], registry=REGISTRY)
 API_ERRORS = Counter("ascend_operator_api_errors", "Kubernetes API calls that failed, by HTTP status",
                      ["code"], registry=REGISTRY)
 
@@ -53,3 +57,21 @@ def serve(port: int) -> None:
         start_http_server(port, registry=REGISTRY)
     except OSError as e:
         logging.getLogger(__name__).error("operator metrics not served on port %d: %s", port, e)
+
+
+def recoveries(kind: str, namespace: str, name: str, before: dict, after: dict) -> None:
+    """Count the recoveries ``after`` opened (by their start time) and refresh the job's goodput gauge."""
+    seen = {r["time"] for r in before.get("recoveries") or []}
+    for r in after.get("recoveries") or []:
+        if r["time"] not in seen:
+            RECOVERIES.labels(kind, r["level"]).inc()
+    ratio = (after.get("goodput") or {}).get("goodput")
+    if ratio is not None:
+        GOODPUT.labels(namespace, name).set(ratio)
+
+
+def forget_job(namespace: str, name: str) -> None:
+    try:
+        GOODPUT.remove(namespace, name)
+    except KeyError:
+        pass

@@ -396,6 +396,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
             kueue.finished(job.kind.kind, obj, status)
     _release(key, pods)  # what this status counted is written: the pods it saw ending may go
     metrics.job_phase(job.kind.kind, namespace, name, status["phase"])
+    metrics.recoveries(job.kind.kind, namespace, name, previous, status)
     _KNOWN[(job.kind.kind, namespace, name)] = (job, status["phase"] not in TERMINAL or
                                                 policy.ttlSecondsAfterFinished is not None)
 
@@ -477,6 +478,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         if result and new.get("progress"):
             _KEPT[key] = history.record(kube(), obj, new["progress"], now(), exact=True)
     if new["phase"] in TERMINAL:
+        if tracks_goodput(job):  # the wall time ends at completionTime
+            new = goodput.fold(new, time.time())
         cleaned = _delete_pods(key, policy.pods_to_clean(pods.live()))
         if cleaned:
             _event(obj, "PodsCleaned", f"runPolicy.cleanPodPolicy {policy.cleanPodPolicy}: deleted {cleaned} pod(s)")
@@ -530,6 +533,7 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
     stalls.forget((job.kind.kind, namespace, name))
     engine_events.forget((job.kind.kind, namespace, name))
     metrics.job_phase(job.kind.kind, namespace, name, None)
+    metrics.forget_job(namespace, name)
 
 
 def _process(key: JobKey) -> None:
