@@ -46,6 +46,9 @@ def test_a_spike_is_over_the_factor_times_the_recent_median_and_a_whole_nat_abov
     assert fault_reason(6.5, 1.0, recent, 3.0, 4).startswith("loss spike: lm loss 6.5 is 3.2 x the median 2")
     assert fault_reason(5.9, 1.0, recent, 3.0, 4) is None  # under 3 x 2.0
     assert fault_reason(6.5, 1.0, recent[-3:], 3.0, 4) is None  # the window is not full yet
+    # a long window starts after 5 steps, over the steps there are
+    assert fault_reason(6.5, 1.0, [2.0] * 4, 3.0, 20) is None
+    assert "the median 2 of the last 5 steps" in fault_reason(6.5, 1.0, [2.0] * 5, 3.0, 20)
     assert fault_reason(6.5, 1.0, recent, 0.0, 4) is None  # spike detection off
     # a memorised pattern's near-zero losses wobble by large factors: under a nat above the median it is no spike
     assert fault_reason(0.05, 1.0, [0.01] * 4, 3.0, 4) is None

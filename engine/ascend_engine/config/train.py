@@ -224,8 +224,8 @@ class NumericsConfig(EngineModel):
     or below zero). 0 disables spike detection; NaN and Inf are always checked. Without a checkpoint to roll back
     to, a spike is reported and training goes on."""
     lossSpikeWindow: Annotated[PositiveInt, Flag("--numerics-loss-spike-window")] = 20
-    """Steps whose median loss a spike is measured against; the check starts once this many steps have passed
-    (the losses are kept in the checkpoint, so a resumed run checks at once)."""
+    """Steps whose median loss a spike is measured against (the previous ones, up to this many); the check starts
+    after 5 steps, or this many if fewer (the losses are kept in the checkpoint, so a resumed run checks at once)."""
 
     @model_validator(mode="after")
     def _factor(self) -> "NumericsConfig":

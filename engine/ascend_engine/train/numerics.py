@@ -18,6 +18,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 SPIKE_MIN_INCREASE = 1.0  # nats: near-zero losses of a memorised pattern wobble by large factors, harmlessly
+SPIKE_MIN_STEPS = 5  # a median of fewer steps than the window counts once there are this many (or the window's)
 SPIKE_STAGES = (None, "pretrain", "sft")  # next-token cross entropy: positive, and a spike means something
 
 
@@ -64,11 +65,12 @@ def fault_reason(loss: float, grad_norm: float | None, recent: list[float], fact
         return f"lm loss is {loss}"
     if grad_norm is not None and not math.isfinite(grad_norm):
         return f"grad norm is {grad_norm}"
-    if factor and len(recent) >= window:
-        median = statistics.median(recent[-window:])
+    if factor and len(recent) >= min(window, SPIKE_MIN_STEPS):
+        steps = recent[-window:]
+        median = statistics.median(steps)
         if median > 0 and loss > factor * median and loss - median >= SPIKE_MIN_INCREASE:
             return (f"loss spike: lm loss {loss:.4g} is {loss / median:.1f} x the median {median:.4g} of the last "
-                    f"{window} steps (lossSpikeFactor {factor:g})")
+                    f"{len(steps)} steps (lossSpikeFactor {factor:g})")
     return None
 
 
