@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ascend_engine.telemetry import EVENTS_PATH, GOODPUT_METRICS, METRIC_NAMES, SERIES_PATH
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples",
+                   "skippedWindowIteration", "skippedWindowFirstSample", "skippedWindowEndSample",
                    "loadedIteration", "inPlaceRestarts"}
 _BOOLEAN_FIELDS = {"savingCheckpoint"}
 _EXACT_FIELDS = set(GOODPUT_METRICS.values())  # unix times and seconds: rounded to 10 ms, not to 5 digits

@@ -68,6 +68,8 @@ def test_a_rollback_forgets_the_abandoned_losses_and_the_record_survives_a_check
     assert state.recent() == [3.0, 2.0, 1.5]  # the window's worth
     state.rolled_back(4, SkippedWindow(6, 20, 24, "loss spike"))
     assert state.recent() == [3.0, 2.0] and state.rollbacks == 1 and state.skipped_samples == 4
+    assert state.figures() == {"numericRollbacks": 1, "skippedSamples": 4, "skippedWindowIteration": 6,
+                               "skippedWindowFirstSample": 20, "skippedWindowEndSample": 24}
     saved = json.loads(json.dumps(state.state_dict()))  # plain data in the checkpoint
     restored = NumericsState(keep=3)
     restored.load_state_dict(saved)
@@ -166,3 +168,12 @@ def test_watch_reports_the_torchrun_workers_exit_code_of_a_trainer(tmp_path):
     report = json.loads((tmp_path / "termination-log").read_text())
     assert report["reason"] == "TrainerFailed" and report["workerExitCode"] == 17
     assert numeric_failure(1, report, json.dumps(report))[:2] == (False, "NumericFault")
+
+
+def test_the_figures_are_metrics_the_operator_reads_into_status_progress():
+    from ascend_engine.telemetry import METRIC_NAMES
+    from ascend_operator.api.train_job import TrainProgress
+
+    state = NumericsState()
+    state.rolled_back(0, SkippedWindow(3, 8, 12, "lm loss is nan"))
+    assert set(state.figures()) <= set(METRIC_NAMES.values()) & set(TrainProgress.model_fields)

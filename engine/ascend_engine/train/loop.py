@@ -118,8 +118,7 @@ class Trainer:
             # until the operator has the last points, however short the run.
             self.metrics.set(trainIters=t.trainIters, **self.goodput.figures())
             if self.numerics.rollbacks:  # a resumed run that has rolled back before
-                self.metrics.set(numericRollbacks=self.numerics.rollbacks,
-                                 skippedSamples=self.numerics.skipped_samples)
+                self.metrics.set(**self.numerics.figures())
         if self.info.rank == 0 and (restarted := self.goodput.restart_summary()):
             emit_event("Warning", "RecoveredInPlace", restarted)
         self.flops = flops_per_step(
@@ -329,7 +328,7 @@ class Trainer:
         print(f"numerics: {message}", flush=True)
         emit_event("Warning", reason, message)
         if self.metrics:
-            self.metrics.set(numericRollbacks=self.numerics.rollbacks, skippedSamples=self.numerics.skipped_samples)
+            self.metrics.set(**self.numerics.figures())
 
     def _log(self, loss: float, grad_norm, applied: bool, step_s: float, tokens_per_step: int) -> None:
         t = self.cfg.training

@@ -99,6 +99,13 @@ class NumericsState:
     def skipped_samples(self) -> int:
         return sum(w.samples for w in self.windows)
 
+    def figures(self) -> dict[str, int]:
+        """status.progress fields (``telemetry.METRIC_NAMES``): the counts and the newest skipped window."""
+        newest = self.windows[-1] if self.windows else None
+        return {"numericRollbacks": self.rollbacks, "skippedSamples": self.skipped_samples,
+                **({"skippedWindowIteration": newest.iteration, "skippedWindowFirstSample": newest.first_sample,
+                    "skippedWindowEndSample": newest.end_sample} if newest else {})}
+
     def state_dict(self) -> dict:
         return {"rollbacks": self.rollbacks, "skipped_windows": [asdict(w) for w in self.windows],
                 "recent_losses": [list(p) for p in self.losses]}

@@ -303,6 +303,12 @@ class TrainProgress(KubeModel):
     each is a Warning event NumericRollback naming the iteration and the skipped samples."""
     skippedSamples: int | None = None
     """Training samples skipped after numeric faults (the faulting steps' global batches)."""
+    skippedWindowIteration: int | None = None
+    """The newest skipped window: the iteration whose step faulted."""
+    skippedWindowFirstSample: int | None = None
+    """The newest skipped window's first sample (of the run's sample order)."""
+    skippedWindowEndSample: int | None = None
+    """One past the newest skipped window's last sample."""
     rewardsChosen: float | None = None
     """dpo / simpo / orm: mean reward of the chosen replies."""
     rewardsRejected: float | None = None
