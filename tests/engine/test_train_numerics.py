@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train_torchrun import run_train
+from test_train_torchrun import free_port, run_train
 
 VOCAB, SEQ, BATCH, ITERS = 96, 32, 4, 20
 SEED = 1234  # training.seed: it also orders the instruction dataset's samples
@@ -120,8 +120,18 @@ def test_a_poisoned_window_is_rolled_back_skipped_and_the_run_matches_one_withou
     resumed = config(tmp_path / "poisoned", tmp_path, "poisoned")
     resumed["checkpoint"]["load"] = resumed["checkpoint"]["save"]
     resumed["numerics"]["maxRollbacks"] = 2
-    proc, steps = run_train(tmp_path, resumed, name="resumed.yaml")
+    resumed["observability"]["metricsPort"] = free_port()  # rank 0's last figures become the termination message
+    os.environ["ASCEND_TERMINATION_LOG"] = str(termination)
+    try:
+        proc, steps = run_train(tmp_path, resumed, name="resumed.yaml")
+    finally:
+        del os.environ["ASCEND_TERMINATION_LOG"]
     assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(termination.read_text())  # what the operator copies into status.progress
+    assert {k: figures.get(k) for k in ("numericRollbacks", "skippedSamples", "skippedWindowIteration",
+                                        "skippedWindowFirstSample", "skippedWindowEndSample")} == {
+        "numericRollbacks": 2, "skippedSamples": 8, "skippedWindowIteration": 18, "skippedWindowFirstSample": 72,
+        "skippedWindowEndSample": 76}
     assert "numerics: iteration 18 (samples 72-75 of the run)" in proc.stdout and "rolled back to iteration 16" in \
         proc.stdout and "rollback 2 of 2" in proc.stdout, proc.stdout[-3000:]
     losses = {i: loss for i, _, loss in steps}
