@@ -103,9 +103,10 @@ def test_job_losing_a_node_continues_smaller_and_scales_back_with_the_same_loss_
     print(*(f"{e['reason']}: {e['message']}" for e in ours if e["reason"] in ("ScaledIn", "ScaledOut")), sep="\n")
     scaled_in = "data-parallel size 2 -> 1: the same global batch of 4 samples in 2 micro-batches"
     assert 0 <= logs.find(scaled_in) < logs.find("data-parallel size 1 -> 2"), logs[-3000:]
-    # keepLastCheckpoints: 2 pruned every older checkpoint, across the resizes
-    assert sorted(p.name for p in checkpoints.iterdir()) == [f"iter_{ITERS - SAVE_INTERVAL:07d}", f"iter_{ITERS:07d}",
-                                                             "latest_checkpointed_iteration.txt"]
+    # keepLastCheckpoints: 2 pruned every older checkpoint, across the resizes (beside them rank 0's goodput count)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["ascend_goodput.json", f"iter_{ITERS - SAVE_INTERVAL:07d}",
+                                                             f"iter_{ITERS:07d}", "latest_checkpointed_iteration.txt"]
+    assert [r["level"] for r in final["recoveries"]] == ["Replace", "Resize", "Resize"], final["recoveries"]
 
     expected = {it: (consumed, loss) for it, consumed, loss in curve}
     assert sorted(expected) == list(range(1, ITERS + 1))
