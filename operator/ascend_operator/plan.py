@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_engine.plan.memory import WARN_FRACTION, MemoryPlan, estimate, gib
+from ascend_engine.plan.memory import WARN_FRACTION, MemoryPlan, backend_of, estimate, gib
 
 from .api.devices import CPU_OVERHEAD_BYTES, DEVICE_OVERHEAD_BYTES, device_memory
 
@@ -21,7 +21,8 @@ def job_plan(spec: Any) -> MemoryPlan | None:
         return None
     name, memory = device_memory(spec.devices, spec.nodeSelector or {})
     overhead = CPU_OVERHEAD_BYTES if name is None else DEVICE_OVERHEAD_BYTES
-    return estimate(spec.train, spec.world_size, device=name, device_bytes=memory, overhead_bytes=overhead)
+    return estimate(spec.train, spec.world_size, device=name, device_bytes=memory, overhead_bytes=overhead,
+                    backend=backend_of(spec.train, spec.devices.extended_resource()))
 
 
 def refusal(plan: MemoryPlan | None) -> str | None:

@@ -189,7 +189,8 @@ def _lora_params(cfg: Any, layers: int, tp: int) -> int:
 
 # -- activations --------------------------------------------------------------------------------------------------
 
-def _layer_activation_bytes(cfg: Any, moe: bool, tp: int, ep: int, recompute: str | None) -> float:
+def _layer_activation_bytes(cfg: Any, moe: bool, tp: int, ep: int, recompute: str | None,
+                            backend: str = "npu") -> float:
     """Bytes one layer stores for one micro-batch on one device (Korthikanti et al. Table 2, per tensor)."""
     m, t = cfg.model, cfg.training
     sh = _shape(m)
@@ -199,7 +200,10 @@ def _layer_activation_bytes(cfg: Any, moe: bool, tp: int, ep: int, recompute: st
     sb = s * b
     # Replicated over TP unless sequence parallel: the two norms' inputs, the QKV and fc1 inputs, dropout masks.
     masks = (1 if m.hiddenDropout > 0 else 0) * 2 * sb * sh.h
-    whole = e * sb * sh.h * 4 + masks
+    # torch's own norms (the CPU path) also keep the normalised input for the weight's gradient; fused ones
+    # (TE, apex, MindSpeed's) only the input and its inverse RMS
+    unfused_norms = 2 if backend == "cpu" else 0
+    whole = e * sb * sh.h * (4 + unfused_norms) + masks
     # Split by TP: Q, K, V; the attention output (linear_proj's input); fc1's output and fc2's input.
     attn = e * sb * (sh.q + 2 * sh.kv + sh.q)
     if moe:
@@ -214,7 +218,7 @@ def _layer_activation_bytes(cfg: Any, moe: bool, tp: int, ep: int, recompute: st
         # SiLU's output that the product keeps
         mlp = e * sb * (sh.f1 + sh.f + (sh.f if m.swiglu else 0))
     core = 0.0
-    if recompute is None and not _fused_attention(cfg):
+    if recompute is None and not _fused_attention(cfg, backend):
         # The unfused attention core: softmax output (and dropout mask and output), heads split by TP.
         a = m.numAttentionHeads
         core = e * a * s * s * b * (1 + (1.5 if m.attentionDropout > 0 else 0))
@@ -224,10 +228,23 @@ def _layer_activation_bytes(cfg: Any, moe: bool, tp: int, ep: int, recompute: st
     return (whole / (tp if sp else 1)) + split / tp
 
 
-def _fused_attention(cfg: Any) -> bool:
-    """Whether the attention core keeps no s x s scores: the engine's fused attention (SDPA, models/sdpa_attention.py,
-    on every device) except where it falls back to megatron-core's unfused one (attention dropout, packed masks)."""
-    return not (cfg.model.attentionDropout > 0 or cfg.data.neatPack)
+def _fused_attention(cfg: Any, backend: str) -> bool:
+    """Whether the attention core keeps no s x s scores. The engine's dense layers without sequence parallelism use
+    its fused attention (SDPA, models/sdpa_attention.py) on every device; MoE or sequence-parallel layers use
+    megatron-core's local attention, unfused unless MindSpeed replaces it with its flash attention (on NPU); attention
+    dropout and packed-sample masks always take the unfused path."""
+    if cfg.model.attentionDropout > 0 or cfg.data.neatPack:
+        return False
+    return (cfg.model.numExperts is None and not cfg.parallel.sequenceParallel) or backend == "npu"
+
+
+def backend_of(cfg: Any, resource: str | None = None) -> str:
+    """npu, cuda or cpu: the config's device, or (device auto) what the pods' device resource says."""
+    if cfg.device != "auto":
+        return cfg.device
+    if resource is None:
+        return "cpu"
+    return "npu" if resource.startswith("huawei.com/") else "cuda"
 
 
 def in_flight(pp: int, vpp: int | None, micro_batches: int, stage: int) -> float:
@@ -243,8 +260,10 @@ def in_flight(pp: int, vpp: int | None, micro_batches: int, stage: int) -> float
 # -- the estimate -------------------------------------------------------------------------------------------------
 
 def estimate(cfg: Any, world_size: int, *, device: str | None = None, device_bytes: int | None = None,
-             overhead_bytes: int = 0) -> MemoryPlan:
-    """Per-device bytes of every pipeline stage of ``cfg`` (a TrainConfig) on ``world_size`` ranks."""
+             overhead_bytes: int = 0, backend: str | None = None) -> MemoryPlan:
+    """Per-device bytes of every pipeline stage of ``cfg`` (a TrainConfig) on ``world_size`` ranks; ``backend``
+    (npu, cuda, cpu) defaults to the config's device (cpu for auto)."""
+    backend = backend or backend_of(cfg)
     m, p, t = cfg.model, cfg.parallel, cfg.training
     tp, pp, ep = p.tensorModelParallelSize, p.pipelineModelParallelSize, p.expertModelParallelSize
     vpp = cfg.virtual_pipeline_size
@@ -292,11 +311,11 @@ def estimate(cfg: Any, world_size: int, *, device: str | None = None, device_byt
             optimizer = per_param * (trainable_dense / dp + trainable_expert / expert_dp)
         else:
             optimizer = per_param * (trainable_dense + trainable_expert)
-        per_micro = sum(_layer_activation_bytes(cfg, m.is_moe_layer(layer), tp, ep, t.recomputeGranularity)
+        per_micro = sum(_layer_activation_bytes(cfg, m.is_moe_layer(layer), tp, ep, t.recomputeGranularity, backend)
                         for layer in layers)
         if t.recomputeGranularity == "full" and layers:
             # one layer's activations while it is recomputed in the backward pass
-            per_micro_extra = max(_layer_activation_bytes(cfg, m.is_moe_layer(layer), tp, ep, None)
+            per_micro_extra = max(_layer_activation_bytes(cfg, m.is_moe_layer(layer), tp, ep, None, backend)
                                   for layer in layers)
         else:
             per_micro_extra = 0
