@@ -23,7 +23,8 @@ _CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disrupt
 
 def _slim_container(cs: dict[str, Any]) -> dict[str, Any]:
     state = cs.get("state") or {}
-    kept = {k: {f: v for f, v in (state.get(k) or {}).items() if f in ("exitCode", "reason", "message")}
+    # finishedAt: when a failure happened, the start of its recovery's detection (goodput.py)
+    kept = {k: {f: v for f, v in (state.get(k) or {}).items() if f in ("exitCode", "reason", "message", "finishedAt")}
             for k in ("terminated", "waiting") if state.get(k)}
     return {"state": kept}
 

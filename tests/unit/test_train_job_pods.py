@@ -43,7 +43,7 @@ def test_every_pod_gets_the_torchrun_contract():
         if index:  # workers wait for the master's address before starting torchrun
             assert command[:2] == ["ascend-engine", "wait-for-master"]
             command = command[command.index("--") + 1:]
-        assert command[:3] == ["python3", "-m", "ascend_engine.launcher"] and "--node-rank=$(NODE_RANK)" in command
+        assert command[:3] == ["python3", "-m", "ascend_engine.launcher"] and "--rdzv-backend=c10d" in command
         assert command[command.index("-m", 3) + 1] == "ascend_engine"
 
 
