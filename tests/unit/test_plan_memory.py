@@ -158,3 +158,20 @@ def test_validate_warns_near_the_edge(tmp_path, capsys):
     assert main(["validate", "-f", str(path)]) == 0
     assert "warning: ascendtrainjob/qwen3-14b: NearDeviceMemory: the layout is near the device's memory" in \
         capsys.readouterr().err
+
+
+def test_the_operator_warns_once_near_the_edge_and_keeps_the_plan_in_the_status(tmp_path, monkeypatch):
+    from ascend_operator.api.train_job import AscendTrainJobSpec
+    from ascend_operator.handlers import train_job as handler
+
+    events = []
+    monkeypatch.setattr(handler, "kube", lambda: type("K", (), {"post_event": lambda self, *a, **k: events.append(a)})())
+    job = yaml.safe_load(_job(tmp_path, 2, 4).read_text())
+    job["spec"]["devices"] = {"memoryGiB": 60}
+    spec = AscendTrainJobSpec.model_validate(job["spec"])
+    obj = {"metadata": {"name": "qwen3-14b", "namespace": "ns", "uid": "u"}, "spec": job["spec"]}
+    _, extra = handler.prepare(obj, spec, {})
+    assert extra["plan"]["verdict"] == "near" and extra["plan"]["deviceGiB"] == 60
+    assert [e[1] for e in events] == ["NearDeviceMemory"]
+    handler.prepare(obj, spec, {"plan": extra["plan"]})  # the next reconciles say nothing more
+    assert len(events) == 1
