@@ -24,6 +24,7 @@ CLUSTER_SCOPED = {
     ("", "namespaces"),
     ("", "nodes"),
     ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("ascendtrain.dev", "clusterascendtrainingruntimes"),
     ("kueue.x-k8s.io", "resourceflavors"),
     ("kueue.x-k8s.io", "workloadpriorityclasses"),
     ("scheduling.k8s.io", "priorityclasses"),

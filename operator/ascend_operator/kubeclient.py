@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from . import metrics
 from .event_correlator import EventCorrelator
 from .json_transport import JsonTransport
-from .api.group import API_GROUP, API_VERSION, KINDS, POD_FINALIZER
+from .api.group import API_GROUP, API_VERSION, CLUSTER_TRAINING_RUNTIME, KINDS, POD_FINALIZER, TRAINING_RUNTIME
 from .permissions import uses, uses_on_kinds
 from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
@@ -248,6 +248,15 @@ class Kube:
     @uses_on_kinds("", "get")
     def get_custom(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(self._custom_path(kind, namespace, name))
+
+    @uses(API_GROUP, TRAINING_RUNTIME.plural, "get")
+    @uses(API_GROUP, CLUSTER_TRAINING_RUNTIME.plural, "get")
+    def get_runtime(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A training runtime a job names (runtimes.py): namespaced in the job's namespace, or cluster-wide."""
+        base = f"/apis/{API_GROUP}/{API_VERSION}"
+        if kind == CLUSTER_TRAINING_RUNTIME.kind:
+            return self._get(f"{base}/{CLUSTER_TRAINING_RUNTIME.plural}/{quote(name)}")
+        return self._get(f"{base}/namespaces/{quote(namespace)}/{TRAINING_RUNTIME.plural}/{quote(name)}")
 
     @uses_on_kinds("", "list")
     def list_custom(self, kind: str) -> list[dict[str, Any]]:

@@ -43,10 +43,12 @@ def test_train_job_crd_has_status_columns_and_short_name():
     assert crd["spec"]["names"]["shortNames"] == ["atj"]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Iter", "Loss", "Tok/s", "Eval",
-                                                                       "Restarts", "Nodes", "Age", "Failure"]
+                                                                       "Restarts", "Runtime", "Nodes", "Age",
+                                                                       "Failure"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert spec["required"] == ["image"]  # train, evaluation or trainer: a CEL rule asks for one of them
+    assert "required" not in spec  # image or runtimeRef, train, evaluation or trainer: CEL rules ask for them
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert "has(self.image) || has(self.runtimeRef)" in rules
     assert "has(self.train) || has(self.trainer) || has(self.evaluation)" in rules
     assert "!has(self.trainer) || !has(self.train)" in rules
     tp = spec["properties"]["train"]["properties"]["parallel"]["properties"]["tensorModelParallelSize"]
@@ -136,3 +138,21 @@ def test_every_string_and_list_a_cel_rule_reads_is_bounded():
                         assert "maxLength" in read, f"{name} {path}.{'.'.join(operand)}: unbounded string in a rule"
                     if read.get("type") == "array":
                         assert "maxItems" in read, f"{name} {path}.{'.'.join(operand)}: unbounded list in a rule"
+
+
+def test_training_runtimes_are_editable_and_store_only_what_is_written():
+    """A runtime's template has no schema defaults (the job's apply after the merge), no immutability rules and
+    no status; the cluster-wide one is cluster-scoped."""
+    files = render_all()
+    for name, scope, short in (("ascendtrainingruntimes", "Namespaced", "atr"),
+                               ("clusterascendtrainingruntimes", "Cluster", "catr")):
+        crd = yaml.safe_load(files[f"{name}.ascendtrain.dev.yaml"])
+        assert crd["spec"]["scope"] == scope and crd["spec"]["names"]["shortNames"] == [short]
+        version = crd["spec"]["versions"][0]
+        assert "subresources" not in version
+        schema = version["schema"]["openAPIV3Schema"]
+        assert "status" not in schema["properties"]
+        assert not [p for p, node in _schema_nodes(schema) if "default" in node]
+        template = schema["properties"]["spec"]["properties"]["template"]["properties"]
+        assert {"image", "devices", "hccl", "env", "tolerations", "securityContext", "gangScheduling"} <= set(template)
+        assert "oldSelf" not in str(schema)

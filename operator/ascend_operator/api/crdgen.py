@@ -110,26 +110,43 @@ def openapi_schema(model: type) -> dict[str, Any]:
     return _resolve(raw, raw.get("$defs", {}))
 
 
+def strip_defaults(node: Any) -> Any:
+    """The schema without any ``default``: a training runtime's template stores only what its author wrote, so
+    that the job's own defaults, not the runtime schema's, apply to what neither sets."""
+    if isinstance(node, list):
+        return [strip_defaults(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: strip_defaults(v) for k, v in node.items() if k != "default"}
+
+
 def crd(resource: Resource) -> dict[str, Any]:
     k = resource.kind
     spec_schema = openapi_schema(resource.spec)
-    spec_schema["x-kubernetes-validations"] = (spec_schema.get("x-kubernetes-validations", [])
-                                               + spec_immutable_rules(resource.spec))
-    status_schema = openapi_schema(resource.status)
+    if resource.job:
+        spec_schema["x-kubernetes-validations"] = (spec_schema.get("x-kubernetes-validations", [])
+                                                   + spec_immutable_rules(resource.spec))
+    else:
+        spec_schema = strip_defaults(spec_schema)
+    properties = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": name_schema(),
+                  "spec": spec_schema}
+    if resource.job:
+        properties["status"] = openapi_schema(resource.status)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": k.crd_name, "labels": {"app.kubernetes.io/part-of": "ascend-train-operator"}},
         "spec": {
             "group": API_GROUP,
-            "scope": "Namespaced",
+            "scope": resource.scope,
             "names": {"kind": k.kind, "plural": k.plural, "singular": k.singular, "shortNames": [k.short],
-                      "listKind": f"{k.kind}List", "categories": ["ascendtrain", "all"]},
+                      "listKind": f"{k.kind}List",
+                      "categories": ["ascendtrain", "all"] if resource.job else ["ascendtrain"]},
             "versions": [{
                 "name": API_VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                **({"subresources": {"status": {}}} if resource.job else {}),
                 "additionalPrinterColumns": [
                     {"name": n, "type": t, "jsonPath": p, "description": d} | ({"priority": rest[0]} if rest else {})
                     for n, t, p, d, *rest in resource.columns
@@ -138,13 +155,7 @@ def crd(resource: Resource) -> dict[str, Any]:
                     "type": "object",
                     "description": resource.description,
                     "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": name_schema(),
-                        "spec": spec_schema,
-                        "status": status_schema,
-                    },
+                    "properties": properties,
                     **({"x-kubernetes-validations": list(resource.root_rules)} if resource.root_rules else {}),
                 }},
             }],

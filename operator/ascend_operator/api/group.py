@@ -27,6 +27,12 @@ TRAIN_JOB = Kind("AscendTrainJob", "ascendtrainjobs", "ascendtrainjob", "atj")
 DATASET_PREP = Kind("DatasetPrep", "datasetpreps", "datasetprep", "dsp")
 CHECKPOINT_CONVERT = Kind("CheckpointConvert", "checkpointconverts", "checkpointconvert", "ckc")
 KINDS = (TRAIN_JOB, DATASET_PREP, CHECKPOINT_CONVERT)
+# Training runtimes (api/runtime.py): the pod-level defaults a platform team sets once, which jobs name in
+# spec.runtimeRef. They run nothing, so they are not among KINDS (the kinds the operator reconciles).
+TRAINING_RUNTIME = Kind("AscendTrainingRuntime", "ascendtrainingruntimes", "ascendtrainingruntime", "atr")
+CLUSTER_TRAINING_RUNTIME = Kind("ClusterAscendTrainingRuntime", "clusterascendtrainingruntimes",
+                                "clusterascendtrainingruntime", "catr")
+RUNTIME_KINDS = (TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME)
 
 # Labels and annotations the operator puts on what it creates.
 LABEL_JOB_NAME = f"{API_GROUP}/job-name"

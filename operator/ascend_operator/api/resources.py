@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from .admission import SINGLE_POD_NAME_RULES, TRAIN_JOB_NAME_RULES
 
-from .group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB, Kind
+from .group import CHECKPOINT_CONVERT, CLUSTER_TRAINING_RUNTIME, DATASET_PREP, TRAIN_JOB, TRAINING_RUNTIME, Kind
+from .runtime import TrainingRuntimeSpec, TrainingRuntimeStatus
 from .single_pod import CheckpointConvertSpec, DatasetPrepSpec, SinglePodStatus
 from .train_job import AscendTrainJobSpec, AscendTrainJobStatus
 
@@ -22,6 +23,9 @@ class Resource:
     columns: tuple[tuple, ...]  # (name, type, jsonPath, description[, priority: 1 shows only with -o wide])
     description: str
     root_rules: tuple[dict[str, Any], ...] = ()  # CEL rules that see metadata.name (admission.py)
+    scope: str = "Namespaced"
+    job: bool = True  # False for a runtime: an editable spec (no immutability rules), no status subresource, and
+    # no schema defaults (a runtime's template gives only what its author wrote; the job's defaults apply after)
 
 
 _AGE = ("Age", "date", ".metadata.creationTimestamp", "Time since creation")
@@ -40,6 +44,7 @@ RESOURCES: dict[str, Resource] = {
             ("Tok/s", "string", ".status.progress.columns.tokensPerSecond", "Tokens per second over all ranks"),
             ("Eval", "string", ".status.evaluation.summary", "Benchmark accuracy per task (spec.evaluation)"),
             ("Restarts", "integer", ".status.restarts", "Gang restarts"),
+            ("Runtime", "string", ".spec.runtimeRef.name", "The training runtime the job names (spec.runtimeRef)"),
             ("Nodes", "string", ".status.elastic.nodes", "Current/desired pods of an elastic job", 1),
             _AGE,
             _FAILURE,
@@ -60,5 +65,23 @@ RESOURCES: dict[str, Resource] = {
                  ("Percent", "number", ".status.progress.percent", "Percent done"), _AGE, _FAILURE),
         description="HuggingFace <-> Megatron-core checkpoint conversion with TP/PP resharding and LoRA merge.",
         root_rules=tuple(SINGLE_POD_NAME_RULES),
+    ),
+    TRAINING_RUNTIME.kind: Resource(
+        TRAINING_RUNTIME, TrainingRuntimeSpec, TrainingRuntimeStatus,
+        columns=(("Image", "string", ".spec.template.image", "The image jobs get unless they set one"),
+                 ("Devices", "string", ".spec.template.devices.resource", "Extended resource per process"),
+                 ("Locked", "string", ".spec.lockedFields", "Fields jobs may not override"), _AGE),
+        description="Pod settings (image, devices, HCCL, env, volumes, scheduling, security) that AscendTrainJobs "
+                    "in this namespace name in spec.runtimeRef.",
+        job=False,
+    ),
+    CLUSTER_TRAINING_RUNTIME.kind: Resource(
+        CLUSTER_TRAINING_RUNTIME, TrainingRuntimeSpec, TrainingRuntimeStatus,
+        columns=(("Image", "string", ".spec.template.image", "The image jobs get unless they set one"),
+                 ("Devices", "string", ".spec.template.devices.resource", "Extended resource per process"),
+                 ("Locked", "string", ".spec.lockedFields", "Fields jobs may not override"), _AGE),
+        description="Cluster-wide pod settings (image, devices, HCCL, env, volumes, scheduling, security) that "
+                    "AscendTrainJobs in any namespace name in spec.runtimeRef.",
+        scope="Cluster", job=False,
     ),
 }

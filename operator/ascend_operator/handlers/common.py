@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from ascend_engine.config.loader import format_validation_error
 
-from .. import plan
+from .. import plan, runtimes
 from ..api.group import TRAIN_JOB
 from ..kubeclient import Kube
 from ..object_cache import JOBS
@@ -27,7 +27,16 @@ def kube() -> Kube:
 def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[str, Any],
                body: Any) -> M | None:
     """The spec as the engine will see it, or None after marking the job Failed with the field named (an invalid
-    spec, or one the operator's pod policy refuses)."""
+    spec, or one the operator's pod policy refuses). A job naming a training runtime is merged over it first
+    (``runtimes.resolve``: the copy in status.runtime once recorded, else the live runtime, recorded now)."""
+    recorded = None
+    if kind == TRAIN_JOB.kind and spec.get("runtimeRef"):
+        try:
+            spec, recorded = runtimes.resolve(spec, (body.get("status") or {}).get("runtime"), namespace,
+                                              kube().get_runtime)
+        except runtimes.Refused as e:
+            _fail(kind, namespace, name, body, e.reason, f"{kind} {namespace}/{name}: {e}")
+            return None
     try:
         parsed = model.model_validate(dict(spec))
     except ValidationError as e:
@@ -42,7 +51,22 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
     if too_big:  # before any pod exists: the layout cannot fit the device (docs/plan.md)
         _fail(kind, namespace, name, body, plan.REFUSED, f"{kind} {namespace}/{name}: {too_big}")
         return None
+    if recorded is not None:
+        _record_runtime(kind, namespace, name, body, recorded)
     return parsed
+
+
+def _record_runtime(kind: str, namespace: str, name: str, body: Any, recorded: dict[str, Any]) -> None:
+    """status.runtime, written at once: every later reconcile renders from it. The job object in hand takes the
+    new resourceVersion, so the reconcile's own status write (a merge patch, which keeps status.runtime) does not
+    conflict with this one."""
+    stored = kube().patch_status(kind, namespace, name, {"runtime": recorded})
+    JOBS.observe((kind, namespace, name), stored)
+    body.setdefault("metadata", {})["resourceVersion"] = stored["metadata"].get("resourceVersion")
+    body.setdefault("status", {})["runtime"] = recorded
+    kube().post_event(body, "RuntimeResolved",
+                      f"pod settings from {recorded['kind']} {recorded['name']} (generation {recorded['generation']}, "
+                      f"template {recorded['hash']}); later changes to it do not apply to this job")
 
 
 def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message: str) -> None:
