@@ -37,8 +37,12 @@ def _documents(prefix: str) -> dict[str, list[dict]]:
             sources[f"docs/{page.name}#{index}"] = block
     out = {}
     for number, (source, text) in enumerate(sources.items()):
+        # Training runtimes (docs/runtimes.md) and the jobs that name one are another test's
+        # (tests/operator/test_operator_runtimes.py): a job's image may come from its runtime.
         docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)
-                and str(d.get("apiVersion", "")).startswith("ascendtrain.dev/")]
+                and str(d.get("apiVersion", "")).startswith("ascendtrain.dev/")
+                and not str(d.get("kind", "")).endswith("TrainingRuntime")
+                and not (d.get("spec") or {}).get("runtimeRef")]
         for doc in docs:  # a docs block that is a fragment (no apiVersion/kind) is not a resource
             doc.setdefault("metadata", {})["namespace"] = f"{prefix}-{number}"
         if docs:

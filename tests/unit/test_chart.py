@@ -70,7 +70,7 @@ def test_every_object_parses_into_the_kubernetes_models(chart, variant):
         assert doc["apiVersion"] and doc["metadata"]["name"], doc
         model = MODELS.get(doc["kind"])
         if model is None:
-            assert doc["kind"] in {"ServiceMonitor", "PodMonitor"}, doc["kind"]
+            assert doc["kind"] in {"ServiceMonitor", "PodMonitor", "ClusterAscendTrainingRuntime"}, doc["kind"]
             continue
         # Deserialising drops keys the model does not know: a misspelt field makes the round trip differ.
         obj = api._ApiClient__deserialize(doc, model)
@@ -264,3 +264,22 @@ def test_notes_show_a_job_that_needs_nothing_the_chart_does_not_make(chart):
     assert job["kind"] == "AscendTrainJob" and "persistentVolumeClaim" not in manifest
     assert job["spec"]["image"].endswith(f":{chart.metadata['appVersion']}")
     assert f"kubectl get atj -n ops {job['metadata']['name']} -w" in notes
+
+
+def test_the_chart_installs_a_cluster_runtime_per_accelerator(chart):
+    """ClusterAscendTrainingRuntimes (docs/runtimes.md): each valid for the CRD's model, with its device and image."""
+    from ascend_operator.api.runtime import TrainingRuntimeSpec
+
+    docs = by_kind(render(chart, {"trainingRuntimes": {"lockedFields": ["image"], "imageTag": "1.0",
+                                                       "hccl": {"socketIfname": "eth0"}}}),
+                   "ClusterAscendTrainingRuntime")
+    runtimes = {d["metadata"]["name"]: TrainingRuntimeSpec.model_validate(d["spec"]) for d in docs}
+    assert set(runtimes) == {"ascend-910b", "ascend-npu", "nvidia-gpu", "cpu"}
+    b = runtimes["ascend-910b"].template
+    assert (b.devices.resource, b.devices.ringController) == ("huawei.com/Ascend910", "ascend-910b")
+    assert b.image == "ascend-train/engine-ascend:1.0" and b.hccl.socketIfname == "eth0"
+    assert runtimes["ascend-npu"].template.devices.resource == "huawei.com/npu"
+    assert runtimes["nvidia-gpu"].template.image == "ascend-train/engine-cuda:1.0"
+    assert runtimes["cpu"].template.devices.resource == "none" and runtimes["cpu"].template.hccl is None
+    assert all(r.lockedFields == ["image"] for r in runtimes.values())
+    assert not by_kind(render(chart, {"trainingRuntimes": {"create": False}}), "ClusterAscendTrainingRuntime")
