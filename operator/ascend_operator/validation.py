@@ -126,4 +126,34 @@ def validate_text(text: str, source: str) -> tuple[list[dict[str, Any]], list[Pr
             problems.append(Problem(source, node.start_mark.line + 1, "kind", "a document needs apiVersion and kind"))
             continue
         problems.extend(validate_document(doc, lines, source, schemas))
+    problems.extend(_runtime_problems(nodes, docs, source))
     return docs, problems
+
+
+def _runtime_problems(nodes: list[Any], docs: list[Any], source: str) -> list[Problem]:
+    """A job that names a training runtime given in the same text, checked against it as the operator will check it
+    (runtimes.resolve: locked fields, an image from one of them): refused here, before anything is applied. A
+    runtime that is not in the text is the cluster's, and the operator checks against it."""
+    from . import runtimes  # here: the merge needs the job CRD's schema, built on first use
+
+    given = {(d.get("kind"), ((d.get("metadata") or {}).get("namespace") or "default")
+              if d.get("kind") == "AscendTrainingRuntime" else None, (d.get("metadata") or {}).get("name")): d
+             for d in docs if isinstance(d, dict) and str(d.get("kind", "")).endswith("TrainingRuntime")}
+    problems = []
+    for node, doc in zip(nodes, docs):
+        spec = doc.get("spec") if isinstance(doc, dict) and doc.get("kind") == TRAIN_JOB.kind else None
+        ref = spec.get("runtimeRef") if isinstance(spec, dict) else None
+        if not isinstance(ref, dict):
+            continue
+        namespace = (doc.get("metadata") or {}).get("namespace") or "default"
+
+        def get(kind: str, ns: str, name: str) -> dict[str, Any] | None:
+            return given.get((kind, ns if kind == "AscendTrainingRuntime" else None, name))
+
+        if get(ref.get("kind") or "ClusterAscendTrainingRuntime", namespace, ref.get("name")) is None:
+            continue
+        try:
+            runtimes.resolve(spec, None, namespace, get)
+        except runtimes.Refused as e:
+            problems.append(Problem(source, node.start_mark.line + 1, "spec.runtimeRef", f"{e.reason}: {e}"))
+    return problems

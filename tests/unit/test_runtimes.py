@@ -118,3 +118,31 @@ def test_a_runtime_is_validated_like_a_jobs_pod_part():
                        ({"lockedFields": ["train"]}, "not a runtime field")):
         with pytest.raises(ValidationError, match=field):
             TrainingRuntimeSpec.model_validate(bad)
+
+
+def test_validate_refuses_a_locked_field_of_a_runtime_in_the_same_file():
+    """`ascend-train validate` (validation.validate_text) checks a job against a runtime given beside it."""
+    from ascend_operator.validation import validate_text
+
+    text = """
+apiVersion: ascendtrain.dev/v1alpha1
+kind: ClusterAscendTrainingRuntime
+metadata: {name: gpu}
+spec:
+  lockedFields: [image]
+  template: {image: "registry.local/engine:1", devices: {resource: nvidia.com/gpu, ringController: ""}}
+---
+apiVersion: ascendtrain.dev/v1alpha1
+kind: AscendTrainJob
+metadata: {name: mine}
+spec:
+  runtimeRef: {name: gpu}
+  image: my/own:1
+  train: {}
+"""
+    _, problems = validate_text(text, "f.yaml")
+    assert [str(p) for p in problems] == [
+        'f.yaml:9: spec.runtimeRef: RuntimeFieldLocked: spec.image: ClusterAscendTrainingRuntime gpu locks image '
+        '(lockedFields): the job may not change it (the runtime has "registry.local/engine:1")']
+    _, problems = validate_text(text.replace("  image: my/own:1\n", ""), "f.yaml")
+    assert problems == []
