@@ -11,6 +11,9 @@ fails before any pod exists (reason RuntimeFieldLocked), naming the runtime and 
 the runtime once, when it first sees the job, and records it in status.runtime (name, generation, hash and the
 template used); every later reconcile (restarts, resizes, resume) merges that recorded copy, never the live
 runtime, so editing or deleting a runtime changes no job that exists.
+
+A DatasetPrep or CheckpointConvert may name a runtime too: it takes every field but the devices, HCCL and gang
+settings (one pod, on CPU unless it asks for a device itself).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import hashlib
 import json
 from functools import lru_cache
 from typing import Any, Callable
+
+from pydantic import BaseModel
 
 from .api.crdgen import openapi_schema
 from .api.runtime import RUNTIME_FIELDS
@@ -40,10 +45,15 @@ class Refused(Exception):
         self.reason = reason
 
 
-@lru_cache(maxsize=1)
-def job_schema() -> dict[str, Any]:
-    """The AscendTrainJob spec's CRD schema: its defaults are what the API server fills into a stored job."""
-    return openapi_schema(AscendTrainJobSpec)
+# A DatasetPrep or CheckpointConvert takes a runtime's pod settings but not its devices, HCCL or gang scheduling:
+# it runs one pod, on CPU unless it asks for a device itself.
+SINGLE_POD_FIELDS = tuple(f for f in RUNTIME_FIELDS if f not in ("devices", "hccl", "gangScheduling", "volcanoQueue"))
+
+
+@lru_cache(maxsize=4)
+def job_schema(model: type[BaseModel] = AscendTrainJobSpec) -> dict[str, Any]:
+    """A kind's spec CRD schema: its defaults are what the API server fills into a stored job."""
+    return openapi_schema(model)
 
 
 def _sub(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
@@ -67,12 +77,14 @@ def _merge(runtime: Any, job: Any, schema: dict[str, Any] | None, path: tuple[st
     return job
 
 
-def merge(template: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """The job's spec over the runtime's template (only the fields a runtime may set)."""
-    schema = job_schema()
+def merge(template: dict[str, Any], spec: dict[str, Any], model: type[BaseModel] = AscendTrainJobSpec
+          ) -> dict[str, Any]:
+    """The job's spec over the runtime's template (only the fields a runtime may set and the kind takes)."""
+    schema = job_schema(model)
+    fields = RUNTIME_FIELDS if model is AscendTrainJobSpec else SINGLE_POD_FIELDS
     out = dict(spec)
     for key, value in template.items():
-        if key in RUNTIME_FIELDS and value is not None:
+        if key in fields and value is not None:
             out[key] = _merge(value, spec.get(key, _MISSING), _sub(schema, key), (key,))
     return out
 
@@ -108,8 +120,8 @@ def snapshot(ref: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve(spec: dict[str, Any], recorded: dict[str, Any] | None, namespace: str,
-            get_runtime: Callable[[str, str, str], dict[str, Any] | None]
-            ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            get_runtime: Callable[[str, str, str], dict[str, Any] | None],
+            model: type[BaseModel] = AscendTrainJobSpec) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the job's spec merged over its runtime, the snapshot to record in status.runtime, or None when the status
     already holds one: then that recorded copy is used, not the live runtime). Raises ``Refused``."""
     ref = spec.get("runtimeRef")
@@ -126,8 +138,10 @@ def resolve(spec: dict[str, Any], recorded: dict[str, Any] | None, namespace: st
             raise Refused(NOT_FOUND, f"spec.runtimeRef: {describe(ref, namespace)} not found: create it, or name "
                                      f"one that exists (kubectl get {kubectl})")
         snap = new = snapshot(ref, runtime)
-    merged = merge(snap["template"], spec)
-    changed = locked_changes(snap["template"], snap.get("lockedFields") or [], merged)
+    merged = merge(snap["template"], spec, model)
+    taken = RUNTIME_FIELDS if model is AscendTrainJobSpec else SINGLE_POD_FIELDS
+    locked = [path for path in snap.get("lockedFields") or [] if path.split(".", 1)[0] in taken]
+    changed = locked_changes(snap["template"], locked, merged)
     if changed and new is not None:  # checked when resolved; a recorded snapshot already passed
         raise Refused(LOCKED, "; ".join(
             f"spec.{path}: {describe(ref, namespace)} locks {path} (lockedFields): the job may not change it "

@@ -146,3 +146,18 @@ spec:
         '(lockedFields): the job may not change it (the runtime has "registry.local/engine:1")']
     _, problems = validate_text(text.replace("  image: my/own:1\n", ""), "f.yaml")
     assert problems == []
+
+
+def test_a_dataset_prep_takes_the_pod_settings_but_not_the_devices():
+    from ascend_operator.api.single_pod import DatasetPrepSpec
+
+    prep = {"input": "/d/a.jsonl", "tokenizerNameOrPath": "/t", "outputPrefix": "/o/a"}
+    stored = DatasetPrepSpec.model_validate({"runtimeRef": {"name": "gpu"}, "prep": prep}).model_dump(
+        by_alias=True, exclude_none=True)
+    locked = {**RUNTIME, "spec": {"template": TEMPLATE, "lockedFields": ["image", "devices.resource"]}}
+    merged, recorded = runtimes.resolve(stored, None, "team", lambda *a: locked, DatasetPrepSpec)
+    spec = DatasetPrepSpec.model_validate(merged)
+    assert spec.image == TEMPLATE["image"] and spec.nodeSelector == TEMPLATE["nodeSelector"]
+    assert spec.devices.resource == "none" and recorded["name"] == "gpu"  # one pod on CPU; the lock is not its
+    with pytest.raises(runtimes.Refused, match="locks image"):
+        runtimes.resolve({**stored, "image": "my/own:1"}, None, "team", lambda *a: locked, DatasetPrepSpec)

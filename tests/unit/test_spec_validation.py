@@ -52,12 +52,10 @@ def test_world_size_rule_of_the_model(nnodes, nproc, tp, pp, ok):
 
 
 def test_missing_field_is_named():
-    from ascend_operator.api.single_pod import DatasetPrepSpec
     with pytest.raises(ValidationError) as err:
-        DatasetPrepSpec.model_validate({"prep": {"input": "/d/a.jsonl", "tokenizerNameOrPath": "/t",
-                                                 "outputPrefix": "/o/a"}})
-    assert "DatasetPrep ns/p: spec.image: Field required" in format_validation_error(
-        err.value, "DatasetPrep ns/p", prefix=("spec",))
+        AscendTrainJobSpec.model_validate({"image": "a:1", "nnodes": 1, "runtimeRef": {}, "train": {}})
+    assert "AscendTrainJob ns/j: spec.runtimeRef.name: Field required" in format_validation_error(
+        err.value, "AscendTrainJob ns/j", prefix=("spec",))
     # a job's image may come from its training runtime (spec.runtimeRef)
     with pytest.raises(ValidationError) as err:
         AscendTrainJobSpec.model_validate({"nnodes": 1, "train": {}})

@@ -102,11 +102,50 @@ class ResourceList(KubeModel):
     """Limits."""
 
 
+class RuntimeRef(KubeModel):
+    """A training runtime whose pod settings the job starts from; what the job sets itself wins."""
+
+    kind: Literal["AscendTrainingRuntime", "ClusterAscendTrainingRuntime"] = "ClusterAscendTrainingRuntime"
+    """AscendTrainingRuntime (in the job's namespace) or ClusterAscendTrainingRuntime (cluster-wide)."""
+    name: ObjectName
+    """The runtime's name."""
+
+
+class RuntimeSnapshot(KubeModel):
+    """The runtime as the operator resolved it when it first saw the job: every later pod (restarts, resizes,
+    resumes) is rendered from this copy, so editing or deleting the runtime never changes a job that exists."""
+
+    kind: str
+    """The runtime's kind."""
+    name: str
+    """The runtime's name."""
+    generation: int | None = None
+    """The runtime's metadata.generation when it was resolved."""
+    hash: str = ""
+    """sha256 (first 16 hex digits) of the template used, to compare with the runtime now."""
+    template: Annotated[dict[str, Any], Passthrough] = {}
+    """The runtime's template as it was used."""
+    lockedFields: list[str] = []
+    """The runtime's lockedFields then (checked when the job was resolved)."""
+
+
+# A job that names a training runtime may leave the image (and every other pod setting) to it.
+IMAGE_RULE = {"rule": "has(self.image) || has(self.runtimeRef)",
+              "message": "image is required unless runtimeRef names a training runtime that sets it",
+              "fieldPath": ".image", "reason": "FieldValueRequired"}
+
+
 class PodSettings(KubeModel):
     """How each pod is run: image, resources, scheduling and storage."""
 
-    image: Annotated[str, Field(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)]
-    """Container image with ascend-engine (see the Dockerfile's engine-* targets)."""
+    model_config = KubeModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [IMAGE_RULE]}}
+
+    image: Annotated[str | None, Field(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)] = None
+    """Container image with ascend-engine (see the Dockerfile's engine-* targets); may come from runtimeRef."""
+    runtimeRef: RuntimeRef | None = None
+    """A training runtime (AscendTrainingRuntime or ClusterAscendTrainingRuntime) whose pod settings the job starts
+    from; what the job sets wins (objects merged key by key, env by name, other lists replaced). Resolved once,
+    when the operator first sees the job, and recorded in status.runtime (docs/runtimes.md)."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Image pull policy."""
     imagePullSecrets: Annotated[list[ObjectName], Field(max_length=POD_LIST_MAX)] = []
@@ -166,6 +205,12 @@ class PodSettings(KubeModel):
         if name:
             raise ValueError(f"env {name} {RESERVED_ENV_MESSAGE}")
         return env
+
+    @model_validator(mode="after")
+    def _image_or_runtime(self) -> "PodSettings":
+        if self.image is None and self.runtimeRef is None:
+            raise ValueError(IMAGE_RULE["message"])
+        return self
 
 
 class Condition(KubeModel):
@@ -248,3 +293,6 @@ class JobStatusBase(KubeModel):
     """When the job succeeded or failed."""
     observedGeneration: int | None = None
     """The spec generation this status describes."""
+    runtime: RuntimeSnapshot | None = None
+    """The training runtime of spec.runtimeRef as resolved when the job was first seen; every pod is rendered from
+    this copy, never from the live runtime."""

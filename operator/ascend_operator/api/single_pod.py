@@ -9,7 +9,7 @@ from ascend_engine.config.convert import ConvertConfig
 from ascend_engine.config.prep import PrepConfig
 
 from .devices import CpuDeviceSettings
-from .kube import JobStatusBase, KubeModel, ObjectName, PodSettings
+from .kube import IMAGE_RULE, JobStatusBase, KubeModel, ObjectName, PodSettings
 from .run_policy import RunPolicy
 
 
@@ -56,7 +56,7 @@ class CheckpointConvertSpec(SinglePodSettings):
     """HuggingFace <-> Megatron-core conversion, resharding or LoRA merge."""
 
     model_config = SinglePodSettings.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": TRAIN_JOB_RULES}}
+        "json_schema_extra": {"x-kubernetes-validations": [*TRAIN_JOB_RULES, IMAGE_RULE]}}
 
     convert: ConvertSettings
     """The engine's conversion configuration (MindSpeed-LLM convert_ckpt.py names)."""

@@ -14,10 +14,9 @@ from ascend_engine.config.train import MOE_TP_NEEDS_SEQUENCE_PARALLEL, TrainConf
 from .devices import HcclSettings, TrainDeviceSettings
 from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
-from .kube import IMAGE_MAX, IMAGE_PATTERN, JobStatusBase, KubeModel, ObjectName, PodSettings
+from .kube import IMAGE_RULE, JobStatusBase, KubeModel, ObjectName, PodSettings
 from .recovery import Goodput, Recovery
 from .run_policy import TrainRunPolicy
-from .runtime_ref import RuntimeRef, RuntimeSnapshot
 from .trainer import TrainerCommand
 
 WORLD_SIZE_RULE = {
@@ -117,11 +116,6 @@ TRAINER_RULES = [
      "fieldPath": ".trainer", "reason": "FieldValueForbidden"},
 ]
 
-# A job that names a training runtime may leave the image (and every other pod setting) to it.
-IMAGE_RULE = {"rule": "has(self.image) || has(self.runtimeRef)",
-              "message": "image is required unless runtimeRef names a training runtime that sets it",
-              "fieldPath": ".image", "reason": "FieldValueRequired"}
-
 
 class AscendTrainJobSpec(PodSettings):
     """A distributed training job: the pods (Kubernetes part) and the engine's TrainConfig (`train`)."""
@@ -132,13 +126,6 @@ class AscendTrainJobSpec(PodSettings):
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
                                                               *TRAINER_RULES, *ELASTIC_RULES, *PORT_RULES,
                                                               IMAGE_RULE]}}
-
-    image: Annotated[str | None, Field(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)] = None
-    """Container image with ascend-engine (see the Dockerfile's engine-* targets); may come from runtimeRef."""
-    runtimeRef: RuntimeRef | None = None
-    """A training runtime (AscendTrainingRuntime or ClusterAscendTrainingRuntime) whose pod settings the job starts
-    from; what the job sets wins (objects merged key by key, env by name, other lists replaced). Resolved once,
-    when the operator first sees the job, and recorded in status.runtime (docs/runtimes.md)."""
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
     """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
@@ -197,8 +184,6 @@ class AscendTrainJobSpec(PodSettings):
 
     @model_validator(mode="after")
     def _world_size(self) -> "AscendTrainJobSpec":
-        if self.image is None and self.runtimeRef is None:
-            raise ValueError(IMAGE_RULE["message"])
         broken = (bool(self.trainer and self.train),
                   bool(self.trainer and (self.evaluation or self.datasetPrepRef or self.checkpointConvertRef)))
         for rule, bad in zip(TRAINER_RULES, broken):
@@ -431,6 +416,3 @@ class AscendTrainJobStatus(JobStatusBase):
     """Productive training time against wall time, and where the rest went."""
     plan: PlanStatus | None = None
     """The per-device memory estimate checked when the operator admitted the job."""
-    runtime: RuntimeSnapshot | None = None
-    """The training runtime of spec.runtimeRef as resolved when the job was first seen; every pod is rendered from
-    this copy, never from the live runtime."""

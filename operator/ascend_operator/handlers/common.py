@@ -30,10 +30,10 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
     spec, or one the operator's pod policy refuses). A job naming a training runtime is merged over it first
     (``runtimes.resolve``: the copy in status.runtime once recorded, else the live runtime, recorded now)."""
     recorded = None
-    if kind == TRAIN_JOB.kind and spec.get("runtimeRef"):
+    if spec.get("runtimeRef"):
         try:
             spec, recorded = runtimes.resolve(spec, (body.get("status") or {}).get("runtime"), namespace,
-                                              kube().get_runtime)
+                                              kube().get_runtime, model)
         except runtimes.Refused as e:
             _fail(kind, namespace, name, body, e.reason, f"{kind} {namespace}/{name}: {e}")
             return None
