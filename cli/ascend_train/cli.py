@@ -51,12 +51,18 @@ class UsageError(Exception):
     """An expected problem, printed as one line without a traceback."""
 
 
-def _load_documents(path: str) -> list[dict[str, Any]]:
+def _read_manifest(file: str) -> str:
+    """A manifest file's text, or stdin's for ``-``."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        docs = [d for d in yaml.safe_load_all(text) if d]
+        return sys.stdin.read() if file == "-" else Path(file).read_text()
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {file}: {exc.strerror}") from None
+
+
+def _load_documents(path: str) -> list[dict[str, Any]]:
+    text = _read_manifest(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
         raise UsageError(f"{path} is not valid YAML: {exc}") from None
     for index, doc in enumerate(docs):
@@ -282,10 +288,7 @@ def validate(args: argparse.Namespace) -> int:
     """Offline: the CRD schemas (with CEL rules) and the spec models, every problem of every document at once."""
     from ascend_operator.validation import validate_text
 
-    try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    text = _read_manifest(args.file)
     docs, problems = validate_text(text, args.file)
     for problem in sorted(problems, key=lambda p: (p.line or 0, p.field)):
         print(problem, file=sys.stderr)
@@ -317,10 +320,7 @@ def plan(args: argparse.Namespace) -> int:
     from ascend_operator.api.train_job import AscendTrainJobSpec
     from ascend_operator.validation import validate_text
 
-    try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    text = _read_manifest(args.file)
     docs, problems = validate_text(text, args.file)
     problems = [p for p in problems if not p.message.startswith(job_plan.REFUSED)]  # shown below with the table
     for problem in problems:

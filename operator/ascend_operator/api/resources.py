@@ -34,6 +34,10 @@ _PHASE = ("Phase", "string", ".status.phase", "Pending, Running, Restarting, Suc
 _FAILURE = ("Failure", "string", '.status.conditions[?(@.type=="Failed")].message',
             "Why the job failed (the engine's last error line, from its termination message)", 1)
 
+_RUNTIME_COLUMNS = (("Image", "string", ".spec.template.image", "The image jobs get unless they set one"),
+                    ("Devices", "string", ".spec.template.devices.resource", "Extended resource per process"),
+                    ("Locked", "string", ".spec.lockedFields", "Fields jobs may not override"), _AGE)
+
 RESOURCES: dict[str, Resource] = {
     TRAIN_JOB.kind: Resource(
         TRAIN_JOB, AscendTrainJobSpec, AscendTrainJobStatus,
@@ -68,18 +72,14 @@ RESOURCES: dict[str, Resource] = {
     ),
     TRAINING_RUNTIME.kind: Resource(
         TRAINING_RUNTIME, TrainingRuntimeSpec, TrainingRuntimeStatus,
-        columns=(("Image", "string", ".spec.template.image", "The image jobs get unless they set one"),
-                 ("Devices", "string", ".spec.template.devices.resource", "Extended resource per process"),
-                 ("Locked", "string", ".spec.lockedFields", "Fields jobs may not override"), _AGE),
+        columns=_RUNTIME_COLUMNS,
         description="Pod settings (image, devices, HCCL, env, volumes, scheduling, security) that AscendTrainJobs "
                     "in this namespace name in spec.runtimeRef.",
         job=False,
     ),
     CLUSTER_TRAINING_RUNTIME.kind: Resource(
         CLUSTER_TRAINING_RUNTIME, TrainingRuntimeSpec, TrainingRuntimeStatus,
-        columns=(("Image", "string", ".spec.template.image", "The image jobs get unless they set one"),
-                 ("Devices", "string", ".spec.template.devices.resource", "Extended resource per process"),
-                 ("Locked", "string", ".spec.lockedFields", "Fields jobs may not override"), _AGE),
+        columns=_RUNTIME_COLUMNS,
         description="Cluster-wide pod settings (image, devices, HCCL, env, volumes, scheduling, security) that "
                     "AscendTrainJobs in any namespace name in spec.runtimeRef.",
         scope="Cluster", job=False,
