@@ -64,7 +64,9 @@ def write(folder: Path, name: str, *docs: dict) -> Path:
 def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
     with ResourceClient(kubeconfig) as resources:
         atj = resources.resolve("atj")
-        resources.apply(job_named("columns"), namespace)
+        job = job_named("columns")
+        job["spec"]["runtimeRef"] = {"name": "cpu"}  # a cluster runtime (the chart's); the column shows it
+        resources.apply(job, namespace)
         raw = {"iteration": 12, "loss": 1.5500773191452026, "tokensPerSecond": 812.6}
         progress = TrainProgress.with_columns(raw)  # what the operator writes
         cause = "pod columns-1-0 failed: exit code 1 (Error)"
@@ -75,14 +77,15 @@ def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
             content_type="application/merge-patch+json")
     table = rows(kubectl(kubeconfig, "get", "atj").stdout)
-    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "AGE"]
-    assert table[1][:7] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1"]  # for humans
-    assert table[1][7].endswith("s")  # an age computed by kubectl from the date column
+    assert table[0] == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "RUNTIME", "AGE"]
+    assert table[1][:8] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1", "cpu"]  # for humans
+    assert table[1][8].endswith("s")  # an age computed by kubectl from the date column
     stored = json.loads(kubectl(kubeconfig, "get", "atj", "columns", "-o", "json").stdout)["status"]["progress"]
     assert {k: stored[k] for k in raw} == raw  # the raw figures stay in status
     wide = kubectl(kubeconfig, "get", "atj", "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "NODES", "AGE", "FAILURE"]
-    assert wide[1].split()[:8] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1", "2/4"]
+    assert wide[0].split() == ["NAME", "PHASE", "ITER", "LOSS", "TOK/S", "EVAL", "RESTARTS", "RUNTIME", "NODES", "AGE",
+                               "FAILURE"]
+    assert wide[1].split()[:9] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1", "cpu", "2/4"]
     assert wide[1].endswith(cause)
 
 
