@@ -101,14 +101,18 @@ class GoodputClock:
                       flush=True)
             self.path = None
 
+    @property
+    def in_place_restarts(self) -> int:
+        """Restarts the pods' agents made (each pod's agent restarts once per round: the largest count)."""
+        return max((r.get("restarts", 0) for r in self.agents), default=0)
+
     def figures(self) -> dict[str, float]:
         """Gauges (``telemetry.GOODPUT_METRICS``): marks as unix seconds, counts, the run's productive seconds."""
         out = {f"{name}Time": at for name, at in self.marks.items()}
         out["loadedIteration"] = self.loaded_iteration
         out["productiveSeconds"] = self.productive_before + self.productive
         last = [r.get("last") or {} for r in self.agents]
-        restarts = max((r.get("restarts", 0) for r in self.agents), default=0)
-        if restarts:
+        if restarts := self.in_place_restarts:
             out["inPlaceRestarts"] = restarts
             failed = [f["failedAt"] for r in last for f in r.get("failures", [])]
             for name, values in (("failed", failed), ("detected", [r["detectedAt"] for r in last if "detectedAt" in r]),
@@ -119,7 +123,7 @@ class GoodputClock:
 
     def restart_summary(self) -> str | None:
         """The event's words for an in-place restart seen by this process, or None."""
-        restarts = max((r.get("restarts", 0) for r in self.agents), default=0)
+        restarts = self.in_place_restarts
         if not restarts:
             return None
         seen = sorted(((f, r.get("podIndex", "?")) for r in self.agents for f in (r.get("last") or {}).get("failures", [])),
