@@ -50,7 +50,7 @@ def main() -> None:
                          "trainIters": 10_000},
             "optimizer": {"lr": 1e-4},
             "checkpoint": {"save": tmp, "keepLastCheckpoints": 1},
-            "observability": {"metricsPort": None},
+            "observability": {"metricsPort": 0},
         })
         trainer = Trainer(cfg, select_backend(args.device))
         for _ in range(2):  # warm-up: allocator, first-step costs, a first save

@@ -81,7 +81,7 @@ def main() -> None:
         base = {"device": args.device,
                 "model": {"numLayers": args.num_layers, "hiddenSize": args.hidden_size, "numAttentionHeads": 4,
                           "vocabSize": args.vocab_size},
-                "optimizer": {"lrDecayStyle": "constant"}, "observability": {"metricsPort": None}}
+                "optimizer": {"lrDecayStyle": "constant"}, "observability": {"metricsPort": 0}}
         training = {"seqLength": args.seq_length, "trainIters": args.warmup + args.steps}
         sft = {**base, "data": {"dataPath": [str(root / "sft")], "isInstructionDataset": True},
                "training": {**training, "microBatchSize": 2 * args.pairs, "globalBatchSize": 2 * args.pairs}}

@@ -104,7 +104,7 @@ def main() -> None:
         "training": {"microBatchSize": args.micro_batch_size, "globalBatchSize": args.global_batch_size,
                      "seqLength": args.seq_length, "trainIters": 10_000, "precision": args.precision},
         "optimizer": {"lrDecayStyle": "constant"}, "data": {"dataPath": [prefix]},
-        "observability": {"metricsPort": None}})
+        "observability": {"metricsPort": 0}})
     backend = select_backend(args.device)
     trainer = Trainer(cfg, backend)
     from megatron.core.pipeline_parallel import get_forward_backward_func

@@ -31,10 +31,7 @@ class Backend:
 
     @property
     def torch_device(self) -> torch.device:
-        if self.name == "cpu":
-            return torch.device("cpu")
-        index = int(os.environ.get("LOCAL_RANK", "0"))
-        return torch.device(self.name, index)
+        return _local_device(self.name)
 
     def peak_flops(self, dtype: torch.dtype = torch.bfloat16) -> float:
         """Per-device peak FLOP/s for MFU; fp32 counts as half the 16-bit figure on accelerators."""
@@ -74,6 +71,24 @@ def select_backend(name: str = "auto") -> Backend:
 
 
 _applied: set[str] = set()
+
+
+def _local_device(name: str) -> torch.device:
+    return torch.device("cpu") if name == "cpu" else torch.device(name, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def all_reduce_host(tensor: torch.Tensor, op=None, group=None) -> torch.Tensor:
+    """``all_reduce`` of a small host tensor (flags, a step's averaged metrics), returned on the host. NCCL and
+    HCCL reduce only device tensors and gloo only host ones, so on an accelerator the values make the round trip
+    through it; a no-op outside a process group."""
+    dist = torch.distributed
+    if not dist.is_initialized():
+        return tensor
+    op = dist.ReduceOp.SUM if op is None else op
+    name = applied_backend() or "cpu"
+    moved = tensor.to(_local_device(name))
+    dist.all_reduce(moved, op=op, group=group)
+    return moved.cpu()
 
 
 def applied_backend() -> str | None:

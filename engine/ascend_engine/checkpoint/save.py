@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..device import all_reduce_host
 from .layout import iteration_dir, read_latest, write_latest
 from .manifest import write_manifest
 
@@ -98,8 +99,7 @@ class CheckpointWrite:
     def written_everywhere(self) -> bool:
         """Collective: whether every rank's files are written, so that ``finish`` will not wait."""
         done = torch.tensor([1.0 if self.written() else 0.0], dtype=torch.float64)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(done, op=torch.distributed.ReduceOp.MIN)
+        done = all_reduce_host(done, torch.distributed.ReduceOp.MIN)
         return done.item() > 0
 
     def finish(self) -> Path:

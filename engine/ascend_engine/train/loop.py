@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config.train import TrainConfig
-from ..device import Backend
+from ..device import Backend, all_reduce_host
 from ..models.wrappers import unwrap
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress, emit_event, preference_fields, say, started_up
@@ -173,8 +173,7 @@ class Trainer:
             for i, key in enumerate(keys):
                 local[i] = float(torch.stack([x[key].float() for x in losses]).mean())
             local[-1] = 1.0
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(local)
+        local = all_reduce_host(local)
         return {key: float(local[i] / local[-1]) for i, key in enumerate(keys)}
 
     # ------------------------------------------------------------ the run
@@ -287,8 +286,8 @@ class Trainer:
         reason = fault_reason(loss, norm, self.numerics.recent(), n.lossSpikeFactor if stage in SPIKE_STAGES else 0,
                               n.lossSpikeWindow)
         seen = torch.tensor([0.0 if reason is None else 1.0 if reason.startswith("loss spike") else 2.0])
-        if torch.distributed.is_initialized():  # every rank decides the same (a rank that saw NaN wins)
-            torch.distributed.all_reduce(seen, op=torch.distributed.ReduceOp.MAX)
+        # every rank decides the same (a rank that saw NaN wins)
+        seen = all_reduce_host(seen, torch.distributed.ReduceOp.MAX)
         if not seen.item():
             self.numerics.good_step(self.iteration, loss)
             return False

@@ -84,9 +84,10 @@ class PreemptionWatch:
         """Whether any rank has been told to stop (collective: every rank calls it after every step)."""
         import torch
 
+        from ..device import all_reduce_host
+
         flag = torch.tensor([1.0 if self.received_at is not None else 0.0], dtype=torch.float64)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        flag = all_reduce_host(flag, torch.distributed.ReduceOp.MAX)
         stop = flag.item() > 0
         if stop:
             if self.received_at is None:

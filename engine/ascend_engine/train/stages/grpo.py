@@ -17,6 +17,7 @@ from functools import partial
 import torch
 
 from ...config.train import TrainConfig
+from ...device import all_reduce_host
 from ...models.wrappers import unwrap
 from ...rl.grpo import aggregate, grpo_loss
 from .base import Batch, Stage, real_vocab_cross_entropy
@@ -116,8 +117,8 @@ class GrpoStage(Stage):
         seconds = torch.tensor([rollout.seconds], dtype=torch.float64)
         if torch.distributed.is_initialized():
             group = parallel_state.get_data_parallel_group()
-            torch.distributed.all_reduce(sums, group=group)
-            torch.distributed.all_reduce(seconds, op=torch.distributed.ReduceOp.MAX, group=group)
+            sums = all_reduce_host(sums, group=group)
+            seconds = all_reduce_host(seconds, torch.distributed.ReduceOp.MAX, group=group)
         count, total, squares, correct, response_tokens, row_tokens, model_scores = sums.tolist()
         mean = total / count
         var = max(squares / count - mean * mean, 0.0) * count / max(count - 1, 1)
