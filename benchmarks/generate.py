@@ -36,15 +36,16 @@ def build(args):
     from ascend_engine.models.gpt import build_gpt_model
     from ascend_engine.parallel import init_parallel
 
-    backend = select_backend("cpu")
+    backend = select_backend(args.device)
+    backend.apply()
     init_parallel(backend, 1, 1, seed=0)
     max_len = longest(args) + args.new_tokens
     model = ModelConfig(numLayers=args.layers, hiddenSize=args.hidden, numAttentionHeads=args.hidden // 64,
                         vocabSize=args.vocab, paddedVocabSize=args.vocab, maxPositionEmbeddings=max_len,
                         positionEmbeddingType="rope", normalization="RMSNorm", swiglu=True,
                         untieEmbeddingsAndOutputWeights=True)
-    gpt = build_gpt_model(model, ParallelConfig(), max_len, seed=1).eval()
-    return gpt, model, max_len
+    gpt = build_gpt_model(model, ParallelConfig(), max_len, seed=1).to(backend.torch_device).eval()
+    return gpt, model, max_len, backend.torch_device
 
 
 def build_hf(args, model):
@@ -69,13 +70,14 @@ def main() -> None:
     parser.add_argument("--no-uncached", action="store_true", help="leave out the variants without a KV cache")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the machine is shared)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "npu"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from ascend_engine.generate.batched import generate_batch
     from ascend_engine.parallel import destroy_parallel
 
-    gpt, model, max_len = build(args)
-    hf = build_hf(args, model)
+    gpt, model, max_len, device = build(args)
+    hf = build_hf(args, model).to(device)
     gen = torch.Generator().manual_seed(2)
     low, high = int(args.prompt * (1 - args.spread)), longest(args)
     lengths = torch.randint(low, high + 1, (args.batch,), generator=gen).tolist()
@@ -84,6 +86,7 @@ def main() -> None:
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, high - len(p):], mask[i, high - len(p):] = torch.tensor(p), 1
+    ids, mask = ids.to(device), mask.to(device)
     new = args.batch * args.new_tokens
 
     def ours(cache: bool):
@@ -106,10 +109,13 @@ def main() -> None:
         for name, fn in variants.items():
             start, start_cpu = time.perf_counter(), time.process_time()
             outputs[name] = fn()
+            if device.type != "cpu":
+                torch.cuda.synchronize()  # npu: torch_npu maps torch.cuda onto the NPU
             wall[name].append(new / (time.perf_counter() - start))
             cpu[name].append(new / (time.process_time() - start_cpu))
     print(f"model: {args.layers} layers, hidden {args.hidden}, vocab {args.vocab}; batch {args.batch} x prompt "
-          f"{low}..{high} + {args.new_tokens} new tokens; fp32, {args.threads} thread(s), {args.repeats} interleaved "
+          f"{low}..{high} + {args.new_tokens} new tokens; fp32 on {device}, {args.threads} thread(s), "
+          f"{args.repeats} interleaved "
           f"repeats; load average {os.getloadavg()[0]:.1f}")
     for name in variants:
         print(f"{name:31s} {statistics.median(wall[name]):8.1f} new tokens/s (spread {min(wall[name]):.1f} .. "
@@ -122,7 +128,7 @@ def main() -> None:
     destroy_parallel()
     if not args.no_uncached:
         cached, uncached = (statistics.median(wall[k]) for k in ("ascend-engine, KV cache", "ascend-engine, no cache"))
-        same = torch.equal(outputs["ascend-engine, KV cache"], outputs["ascend-engine, no cache"])
+        same = torch.equal(outputs["ascend-engine, KV cache"].cpu(), outputs["ascend-engine, no cache"].cpu())
         print(f"KV cache speed-up {cached / uncached:.2f}x; cached and uncached tokens identical: {same}")
         if not same:
             raise SystemExit("cached and uncached generation differ")
