@@ -61,9 +61,10 @@ class InferenceModel:
         self.shares_prefixes = direct_path_fits(gpt)  # one stage whose attention reads a RaggedKVCache
         self._prefix: tuple[tuple[int, ...], object] | None = None  # the last prefix encoded, and its cache
 
-    def _fit(self, row: list[int]) -> tuple[list[int], int]:
-        """The row's last ``max_len`` tokens and how many were cut from its start."""
-        cut = max(0, len(row) - self.max_len)
+    def _fit(self, row: list[int], spare: int = 0) -> tuple[list[int], int]:
+        """The row's last ``max_len + spare`` tokens and how many were cut from its start (``spare``: trailing
+        tokens that are only targets, never read by the model)."""
+        cut = max(0, len(row) - self.max_len - spare)
         if cut:
             self.truncated += 1
         return row[cut:], cut
@@ -162,32 +163,47 @@ class InferenceModel:
             torch.distributed.all_reduce(values, group=parallel_state.get_model_parallel_group())
         return values.cpu()
 
-    def _unshared(self, prefix: list[int], rows: list[list[int]]) -> bool:
+    def _unshared(self, prefix: list[int], rows: list[list[int]], spare: int = 0) -> bool:
         """Whether rows after ``prefix`` go the plain way: no prefix, a pipeline, or a row too long to keep whole
         (it is cut from the left, prefix first)."""
-        return not prefix or not self.shares_prefixes or len(prefix) + max(map(len, rows)) > self.max_len
+        return not prefix or not self.shares_prefixes or len(prefix) + max(map(len, rows)) - spare > self.max_len
 
     def continuation_logprobs(self, rows: list[list[int]], starts: list[int], prefix: list[int] = ()) -> list[float]:
         """For each row, the summed log-probability of its tokens from ``starts[i]`` on, given those before.
         With a ``prefix`` every row continues it (``starts`` within the row, at least 1): its keys and values are
         computed once for all rows and batches that share it."""
-        result = torch.zeros(len(rows), dtype=torch.float64)
-        if self._unshared(prefix, rows):
+        return self._continuation(rows, starts, prefix)[:, 0].tolist()
+
+    def continuation_scores(self, rows: list[list[int]], starts: list[int],
+                            prefix: list[int] = ()) -> list[tuple[float, bool]]:
+        """``continuation_logprobs`` and, per row, whether each of those tokens is the most likely one (greedy
+        decoding would write the continuation: lm-evaluation-harness's ``is_greedy``)."""
+        return [(float(total), bool(greedy)) for total, greedy in self._continuation(rows, starts, prefix).tolist()]
+
+    def _continuation(self, rows: list[list[int]], starts: list[int], prefix: list[int] = ()) -> torch.Tensor:
+        """[rows, 2]: each row's summed log-probability from ``starts[i]`` on, and 1.0 where every one of those
+        tokens is its position's argmax (on every rank of the model-parallel group)."""
+        result = torch.zeros(len(rows), 2, dtype=torch.float64)
+        # A row's last token is only a target: the model reads the others, so a row of max_len + 1 tokens fits
+        # (lm-evaluation-harness's window: context and continuation's last max_len + 1 tokens).
+        if self._unshared(prefix, rows, spare=1):
             rows, starts, prefix = [list(prefix) + row for row in rows], [len(prefix) + s for s in starts], ()
-            fitted = [self._fit(row) for row in rows]
+            fitted = [self._fit(row, spare=1) for row in rows]
             rows = [row for row, _ in fitted]
             starts = [max(1, start - cut) for start, (_, cut) in zip(starts, fitted)]
         positions = [list(range(start - 1, len(row) - 1)) for row, start in zip(rows, starts)]
+        read = [row[:-1] if len(row) > 1 else row for row in rows]
         if prefix:
             with torch.inference_mode():
-                logprobs = self._prefixed_logprobs(list(prefix), rows, positions)
+                logprobs = self._prefixed_logprobs(list(prefix), read, positions)
         else:
-            logprobs = self._logprobs(rows, positions)
+            logprobs = self._logprobs(read, positions)
         if logprobs is not None:
             for i, (row, start) in enumerate(zip(rows, starts)):
                 targets = torch.tensor(row[start:], device=logprobs[i].device)
-                result[i] = logprobs[i].gather(-1, targets.unsqueeze(-1)).double().sum().cpu()
-        return self._share(result).tolist()
+                result[i, 0] = logprobs[i].gather(-1, targets.unsqueeze(-1)).double().sum().cpu()
+                result[i, 1] = float(bool((logprobs[i].argmax(-1) == targets).all()))
+        return self._share(result)
 
     def next_token_logprobs(self, rows: list[list[int]], candidates: list[list[int]],
                             prefix: list[int] = ()) -> list[list[float]]:
