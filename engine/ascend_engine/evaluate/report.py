@@ -62,6 +62,44 @@ def status_summary(results: list[dict], checkpoint: str) -> dict:
     }
 
 
+# The metric an lm-eval task's ``accuracy`` shows: the first of these it reports (with any filter); a task with
+# none of them (a perplexity) has no accuracy, and its summary shows its first metric.
+ACCURACY_METRICS = ("acc", "exact_match", "acc_norm", "pass@1", "f1", "mcc")
+
+
+def lm_eval_summary(results: dict, names: list[str], checkpoint: str, seconds: float) -> dict:
+    """``status.evaluation`` of an lm-eval run: per requested task or group, lm-eval's metric values (keys as in
+    lm-eval's results, metric and filter: ``acc,none``; no standard errors), the metric ``accuracy`` holds and
+    the documents scored."""
+    tasks = []
+    counts = results.get("n-samples", {})
+    for name in names:
+        block = results.get("results", {}).get(name) or results.get("groups", {}).get(name) or {}
+        metrics = {k: round(float(v), 6) for k, v in block.items()
+                   if "," in k and "_stderr," not in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        primary = next((k for m in ACCURACY_METRICS for k in metrics if k.split(",")[0] == m), None)
+        members = results.get("group_subtasks", {}).get(name) or [name]
+        samples = sum(int(counts.get(t, {}).get("effective", 0)) for t in members)
+        tasks.append({"task": name, "accuracy": metrics[primary] if primary else None,
+                      "metric": primary or next(iter(metrics), None), "metrics": metrics, "samples": samples,
+                      "seconds": round(seconds / max(1, len(names)), 3)})
+
+    def short(t: dict) -> str:
+        if t["accuracy"] is not None:
+            return f"{t['task']}={t['accuracy']:.4f}"
+        if t["metric"]:
+            return f"{t['task']}:{t['metric'].split(',')[0]}={t['metrics'][t['metric']]:.4g}"
+        return f"{t['task']}=-"
+
+    return {
+        "summary": " ".join(map(short, tasks)),
+        "tasks": tasks,
+        "checkpoint": checkpoint,
+        "backend": "lm-eval",
+        "finishedAt": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
 def report_to_termination_message(summary: dict) -> None:
     """Add ``evaluation`` to the container's termination message, keeping what an earlier command (training in
     the same pod) left there."""
@@ -76,3 +114,6 @@ def report_to_termination_message(summary: dict) -> None:
         except (OSError, ValueError):
             previous = {}
     report_result({**previous, "evaluation": summary})
+    from ..train.trackers import log_evaluation
+
+    log_evaluation(summary.get("checkpoint"), summary)  # into the training's tracker runs, where it has some

@@ -91,17 +91,22 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     from .tasks import load_task
 
     # Read every task before anything heavy, so bad data fails in a second.
-    tasks = []
+    tasks, manager = [], None
     say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
+    if cfg.uses_lm_eval:  # lm-eval's own task definitions (evaluate/harness.py): names checked here
+        from .harness import offline, task_manager
+
+        offline()
+        manager = task_manager(cfg)
     templates = [None if t == "-" else t for t in cfg.fewShotTemplate or ["-"] * len(cfg.task)]
-    for task, path, template_path in zip(cfg.task, cfg.taskDataPath, templates):
+    for task, path, template_path in zip(cfg.task, cfg.taskDataPath or [], templates):
         questions = load_task(task, path, cfg.shot, template_path)
         if not questions:
             raise TaskDataError(f"{path}: no {task} questions")
         tasks.append((task, questions[: cfg.maxEvalSamples] if cfg.maxEvalSamples else questions))
     template = load_template(cfg.promptType, None)
     # Generated code runs only where a sandbox holds (or the user opted out): known before the model loads.
-    isolation = require_isolation(cfg.allowUnsandboxedCode) if "humaneval" in cfg.task else None
+    isolation = require_isolation(cfg.allowUnsandboxedCode) if "humaneval" in cfg.task and manager is None else None
     if isolation is not None:
         print(f"[evaluate] humaneval: generated code runs under {isolation.describe()}", file=sys.stderr, flush=True)
     convert, tp, pp, _ = _layout(cfg)
@@ -117,6 +122,11 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
         check_vocabulary(tokenizer, model_cfg.vocabSize, cfg.load, cfg.tokenizerNameOrPath)
         model = InferenceModel(gpt, model_cfg.vocabSize, max_len, info, backend.torch_device)
+        if manager is not None:
+            from .harness import run
+
+            started_up()
+            return run(cfg, manager, model, tokenizer, info)
         prompter = Prompter(tokenizer, template, cfg.hfChatTemplate)
         rank0 = info.rank == 0
         results = []

@@ -8,9 +8,16 @@ class TaskAccuracy(KubeModel):
     """One benchmark's result."""
 
     task: str
-    """Benchmark name (mmlu, gsm8k, ...)."""
-    accuracy: float
-    """Correct / samples (0-1)."""
+    """Benchmark name (mmlu, gsm8k, ...; an lm-eval task or group name)."""
+    accuracy: float | None = None
+    """Correct / samples (0-1). lm-eval tasks: the value of ``metric`` (none for a task without an accuracy-like
+    metric, such as a perplexity)."""
+    metric: str | None = None
+    """lm-eval tasks: the metric ``accuracy`` holds (``acc,none``: metric and filter), or the first metric."""
+    metrics: dict[str, float] | None = None
+    """lm-eval tasks: every metric lm-eval reported for the task or group (keys as in its results:
+    ``acc,none``, ``acc_norm,none``, ``exact_match,strict-match``, ``word_perplexity,none``), no standard
+    errors."""
     samples: int
     """Questions evaluated."""
     seconds: float | None = None
@@ -26,5 +33,7 @@ class EvaluationStatus(KubeModel):
     """Per-task accuracy and sample count."""
     checkpoint: str | None = None
     """The checkpoint that was evaluated."""
+    backend: str | None = None
+    """``lm-eval`` where lm-evaluation-harness defined the tasks (unset: our own tasks)."""
     finishedAt: str | None = None
     """When the evaluation finished (RFC 3339)."""

@@ -198,10 +198,16 @@ function pipeline(job) {
     `<a href="${esc(n.link)}">${esc(n.name)}</a> <span class="phase ${esc(n.phase)}">${esc(n.phase)}</span></li>`).join("") +
     `</ol>`;
 }
+function score(t) {
+  if (t.accuracy !== undefined && t.accuracy !== null) return `${(100 * t.accuracy).toFixed(1)}%`;
+  if (t.metric && t.metrics && t.metrics[t.metric] !== undefined)
+    return `${esc(t.metric.split(",")[0])} ${Number(t.metrics[t.metric]).toPrecision(4)}`;
+  return "-";
+}
 function evaluation(e) {
   if (!e || !(e.tasks || []).length) return "";
   return `<table class="evaluation"><tr><th>task</th><th>accuracy</th><th>samples</th><th>time</th></tr>` +
-    e.tasks.map(t => `<tr data-task="${esc(t.task)}"><td>${esc(t.task)}</td><td>${(100 * t.accuracy).toFixed(1)}%</td>` +
+    e.tasks.map(t => `<tr data-task="${esc(t.task)}"><td>${esc(t.task)}</td><td>${score(t)}</td>` +
       `<td>${t.samples}</td><td>${t.seconds === undefined || t.seconds === null ? "-" : eta(t.seconds)}</td></tr>`).join("") +
     `</table>`;
 }

@@ -1,0 +1,169 @@
+"""lm-evaluation-harness on our engine: three tiny local lm-eval tasks (multiple choice by log-likelihood, greedy
+generation with stop sequences, rolling log-likelihood perplexity), run by lm-eval's own HF backend (``--model hf``)
+on a random tiny HF Qwen3 and by ``ascend-engine evaluate --backend lm-eval`` on its Megatron conversion, in one
+process and as two data-parallel replicas: the same answers, the same generations, the same metrics.
+
+The model's window is 128 positions, so the few-shot multiple-choice contexts are cut from the left, the
+perplexity texts take several rolling windows, and generation keeps the prompt's last 128 - max_gen_toks tokens:
+every truncation rule is held to the HF backend's too."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_evaluate import evaluate
+from test_train_torchrun import assert_ok
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from prep_support import CORPUS, build_tokenizer, write_jsonl  # noqa: E402
+
+TASKS = ["tiny_mc", "tiny_gen", "tiny_ppl"]
+WORDS = " ".join(dict.fromkeys(CORPUS)).split()
+
+
+def _task_files(root: Path) -> Path:
+    """Data (jsonl) and the three task YAMLs, naming their data files by absolute path (no hub)."""
+    folder = root / "tasks"
+    folder.mkdir()
+    mc = [{"question": " ".join(WORDS[i: i + 3 + i % 4]) + "?", "choices": [WORDS[(i + k) % len(WORDS)] for k in
+                                                                          range(3 + i % 2)] + ["quick brown fox"],
+           "label": i % 3} for i in range(8)]
+    write_jsonl(root / "mc_train.jsonl", mc[:3])
+    write_jsonl(root / "mc_test.jsonl", mc[3:])
+    write_jsonl(root / "gen_test.jsonl", [{"question": " ".join(WORDS[i: i + 2 + i]), "answer": WORDS[i]}
+                                          for i in range(5)])
+    # about 40, 200 and 330 tokens: one, two and three rolling windows of 128
+    write_jsonl(root / "ppl_test.jsonl", [{"text": " ".join(CORPUS[:n])} for n in (3, 14, 22)])
+    head = "dataset_path: json\ndataset_kwargs:\n  data_files:\n"
+    (folder / "tiny_mc.yaml").write_text(
+        f"task: tiny_mc\n{head}    train: {root / 'mc_train.jsonl'}\n    test: {root / 'mc_test.jsonl'}\n"
+        "training_split: train\ntest_split: test\nfewshot_split: train\nnum_fewshot: 2\n"
+        "output_type: multiple_choice\ndoc_to_text: \"Question: {{question}}\\nAnswer:\"\n"
+        "doc_to_choice: choices\ndoc_to_target: label\n"
+        "metric_list:\n  - metric: acc\n  - metric: acc_norm\nmetadata:\n  version: 1.0\n")
+    (folder / "tiny_gen.yaml").write_text(
+        f"task: tiny_gen\n{head}    test: {root / 'gen_test.jsonl'}\ntest_split: test\n"
+        "output_type: generate_until\ndoc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_target: \"{{answer}}\"\n"
+        "generation_kwargs:\n  until: [\"\\n\\n\", \"Q:\"]\n  do_sample: false\n  max_gen_toks: 12\n"
+        "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n"
+        "metadata:\n  version: 1.0\n")
+    (folder / "tiny_ppl.yaml").write_text(
+        f"task: tiny_ppl\n{head}    test: {root / 'ppl_test.jsonl'}\ntest_split: test\n"
+        "output_type: loglikelihood_rolling\ndoc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n"
+        "metric_list:\n  - metric: word_perplexity\n  - metric: byte_perplexity\n  - metric: bits_per_byte\n"
+        "metadata:\n  version: 1.0\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """A random tiny HF Qwen3 (2 layers, 128 positions), its TP1 Megatron conversion, a tokenizer, the tasks,
+    and lm-eval's HF backend's results on them (in this process: lm-eval's ``simple_evaluate``)."""
+    from transformers import AutoTokenizer
+
+    from ascend_engine.cli import main
+    from test_convert_models import make_hf_model
+
+    root = tmp_path_factory.mktemp("lm_eval")
+    tok = build_tokenizer(root / "tok")
+    make_hf_model("qwen3", root / "hf", vocab_size=512, num_hidden_layers=2, max_position_embeddings=128)
+    # HF's generate stops at its generation config's end token: make it the tokenizer's, where we stop
+    eos = AutoTokenizer.from_pretrained(tok).eos_token_id
+    for name in ("config.json", "generation_config.json"):
+        if (root / "hf" / name).is_file():
+            config = json.loads((root / "hf" / name).read_text())
+            (root / "hf" / name).write_text(json.dumps({**config, "eos_token_id": eos, "pad_token_id": eos}))
+    assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
+                 "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
+    tasks = _task_files(root)
+
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    hf = HFLM(pretrained=str(root / "hf"), tokenizer=str(tok), dtype="float32", device="cpu", batch_size=1)
+    reference = lm_eval.simple_evaluate(model=hf, tasks=TASKS, task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+                                        bootstrap_iters=0, log_samples=True)
+    from lm_eval.utils import handle_non_serializable
+
+    reference = json.loads(json.dumps(reference, default=handle_non_serializable))
+    return root, tok, tasks, reference
+
+
+def _ours(harness, nproc: int) -> tuple[dict, dict[str, list[dict]]]:
+    root, tok, tasks, _ = harness
+    out = root / f"ours_{nproc}.json"
+    proc = evaluate("--backend", "lm-eval", "--task", *TASKS, "--include-path", str(tasks), "--load", str(root / "mg"),
+                    "--tokenizer-name-or-path", str(tok), "--bootstrap-iters", "0", "--evaluation-batch-size", "4",
+                    "--results-path", str(out), nproc=nproc, timeout=240)
+    assert_ok(proc)
+    assert "tiny_mc" in proc.stdout and "word_perplexity" in proc.stdout  # lm-eval's table
+    samples = {t: [json.loads(line) for line in (root / f"ours_{nproc}_samples_{t}.jsonl").read_text().splitlines()]
+               for t in TASKS}
+    return json.loads(out.read_text()), samples
+
+
+def _close(a: float, b: float, rel: float = 1e-4) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1.0)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("nproc", [1, 2], ids=["tp1", "dp2"])
+def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
+    """Per document: each choice's log-likelihood (to 1e-4 relative) and is_greedy, so the same answer; the same
+    greedy generation, cut at the same stop; the same rolling log-likelihood of each text. Per task: the same
+    acc, acc_norm and exact_match, and word/byte perplexity and bits per byte to 1e-4 relative. lm-eval's results
+    format (results, configs, versions, n-samples) is what we write."""
+    reference = harness[3]
+    ours, samples = _ours(harness, nproc)
+    assert {"results", "configs", "versions", "n-samples", "n-shot"} <= set(ours)
+    assert ours["config"]["data_parallel"] == nproc
+    worst = 0.0
+    for task in TASKS:
+        mine = sorted(samples[task], key=lambda s: s["doc_id"])
+        theirs = sorted(reference["samples"][task], key=lambda s: s["doc_id"])
+        assert [s["doc_id"] for s in mine] == [s["doc_id"] for s in theirs] and mine
+        for a, b in zip(mine, theirs):
+            assert a["arguments"] == b["arguments"]  # the same prompts (few-shot examples, windows' text)
+            if task == "tiny_gen":
+                assert a["filtered_resps"] == b["filtered_resps"], (a["filtered_resps"], b["filtered_resps"])
+                continue
+            got, want = a["filtered_resps"], b["filtered_resps"]
+            if task == "tiny_ppl":
+                got, want = [[x] for x in got], [[x] for x in want]
+            for (ll, *greedy), (ll_hf, *greedy_hf) in zip(got, want):
+                worst = max(worst, abs(ll - ll_hf) / max(abs(ll_hf), 1.0))
+                assert _close(ll, ll_hf), (task, a["doc_id"], ll, ll_hf)
+                assert greedy == greedy_hf
+            if task == "tiny_mc":
+                assert max(range(len(got)), key=lambda k: got[k][0]) == max(range(len(want)),
+                                                                             key=lambda k: want[k][0])
+        for metric, value in reference["results"][task].items():
+            if "," not in metric or "_stderr" in metric:
+                continue
+            if metric.startswith(("acc", "exact_match")):
+                assert ours["results"][task][metric] == value, (task, metric)
+            else:
+                assert _close(ours["results"][task][metric], value), (task, metric, ours["results"][task][metric])
+    generated = [s["filtered_resps"][0] for s in samples["tiny_gen"]]
+    assert any(g.strip() for g in generated), generated  # parity of something, not of empty strings
+    print(f"lm-eval parity at {nproc} process(es): worst relative log-likelihood difference {worst:.2e}")
+
+
+@pytest.mark.engine
+def test_status_carries_lm_evals_metrics(harness):
+    """status.evaluation of an lm-eval run: per task lm-eval's metric values, accuracy where the task has one,
+    a perplexity task's first metric in the summary."""
+    from ascend_engine.evaluate.report import lm_eval_summary
+    from ascend_operator.api.evaluation import EvaluationStatus
+
+    summary = lm_eval_summary(harness[3], TASKS, "/ckpt", 3.0)
+    status = EvaluationStatus.model_validate(summary)
+    by_task = {t.task: t for t in status.tasks}
+    assert by_task["tiny_mc"].metric == "acc,none" and by_task["tiny_mc"].samples == 5
+    assert set(by_task["tiny_mc"].metrics) == {"acc,none", "acc_norm,none"}
+    assert by_task["tiny_ppl"].accuracy is None and by_task["tiny_ppl"].metric == "word_perplexity,none"
+    assert "tiny_ppl:word_perplexity=" in status.summary and status.backend == "lm-eval"
