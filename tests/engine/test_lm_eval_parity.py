@@ -166,4 +166,5 @@ def test_status_carries_lm_evals_metrics(harness):
     assert by_task["tiny_mc"].metric == "acc,none" and by_task["tiny_mc"].samples == 5
     assert set(by_task["tiny_mc"].metrics) == {"acc,none", "acc_norm,none"}
     assert by_task["tiny_ppl"].accuracy is None and by_task["tiny_ppl"].metric == "word_perplexity,none"
-    assert "tiny_ppl:word_perplexity=" in status.summary and status.backend == "lm-eval"
+    assert "tiny_ppl:word_perplexity=" in status.summary and status.backend == "lm-eval" and status.seconds == 3.0
+    assert by_task["tiny_mc"].seconds is None  # lm-eval batches all tasks together: the run has a time

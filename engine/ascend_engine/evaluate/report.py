@@ -67,6 +67,12 @@ def status_summary(results: list[dict], checkpoint: str) -> dict:
 ACCURACY_METRICS = ("acc", "exact_match", "acc_norm", "pass@1", "f1", "mcc")
 
 
+def _leaves(results: dict, name: str) -> list[str]:
+    """The tasks under ``name`` (itself if a task): lm-eval's groups nest (mmlu > mmlu_stem > mmlu_physics)."""
+    members = results.get("group_subtasks", {}).get(name)
+    return [leaf for m in members for leaf in _leaves(results, m)] if members else [name]
+
+
 def lm_eval_summary(results: dict, names: list[str], checkpoint: str, seconds: float) -> dict:
     """``status.evaluation`` of an lm-eval run: per requested task or group, lm-eval's metric values (keys as in
     lm-eval's results, metric and filter: ``acc,none``; no standard errors), the metric ``accuracy`` holds and
@@ -78,11 +84,10 @@ def lm_eval_summary(results: dict, names: list[str], checkpoint: str, seconds: f
         metrics = {k: round(float(v), 6) for k, v in block.items()
                    if "," in k and "_stderr," not in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
         primary = next((k for m in ACCURACY_METRICS for k in metrics if k.split(",")[0] == m), None)
-        members = results.get("group_subtasks", {}).get(name) or [name]
-        samples = sum(int(counts.get(t, {}).get("effective", 0)) for t in members)
+        samples = sum(int(counts.get(t, {}).get("effective", 0)) for t in _leaves(results, name))
         tasks.append({"task": name, "accuracy": metrics[primary] if primary else None,
                       "metric": primary or next(iter(metrics), None), "metrics": metrics, "samples": samples,
-                      "seconds": round(seconds / max(1, len(names)), 3)})
+                      "seconds": None})  # lm-eval batches every task's requests together: no per-task time
 
     def short(t: dict) -> str:
         if t["accuracy"] is not None:
@@ -96,6 +101,7 @@ def lm_eval_summary(results: dict, names: list[str], checkpoint: str, seconds: f
         "tasks": tasks,
         "checkpoint": checkpoint,
         "backend": "lm-eval",
+        "seconds": round(seconds, 3),
         "finishedAt": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

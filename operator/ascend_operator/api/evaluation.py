@@ -35,5 +35,8 @@ class EvaluationStatus(KubeModel):
     """The checkpoint that was evaluated."""
     backend: str | None = None
     """``lm-eval`` where lm-evaluation-harness defined the tasks (unset: our own tasks)."""
+    seconds: float | None = None
+    """lm-eval runs: wall time of the whole run (lm-eval batches every task's requests together, so its tasks
+    have no time of their own)."""
     finishedAt: str | None = None
     """When the evaluation finished (RFC 3339)."""
