@@ -62,14 +62,19 @@ def operator_rbac(namespace: str, name: str, cluster_rules: list[dict[str, Any]]
 
 
 def install_crds(resources: ResourceClient, folder: Path) -> list[str]:
-    """Apply every CustomResourceDefinition in ``folder``'s YAML files and wait until each is Established."""
-    names = []
+    """Apply every CustomResourceDefinition in ``folder``'s YAML files and wait until each is Established, then
+    the other objects there (the admission policies that refuse locked runtime fields, which name the CRDs)."""
+    names, others = [], []
     for path in sorted(folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 resources.apply(doc)
                 names.append(doc["metadata"]["name"])
+            elif doc:
+                others.append(doc)
     resources.wait_established(names)
+    for doc in others:
+        resources.apply(doc)
     return names
 
 

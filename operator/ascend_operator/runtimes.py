@@ -26,7 +26,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from .api.crdgen import openapi_schema
-from .api.runtime import RUNTIME_FIELDS
+from .api.runtime import RUNTIME_FIELDS, SINGLE_POD_FIELDS
 from .api.train_job import AscendTrainJobSpec
 
 _MISSING = object()
@@ -43,11 +43,6 @@ class Refused(Exception):
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
-
-
-# A DatasetPrep or CheckpointConvert takes a runtime's pod settings but not its devices, HCCL or gang scheduling:
-# it runs one pod, on CPU unless it asks for a device itself.
-SINGLE_POD_FIELDS = tuple(f for f in RUNTIME_FIELDS if f not in ("devices", "hccl", "gangScheduling", "volcanoQueue"))
 
 
 @lru_cache(maxsize=4)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
+import yaml
 from kubernetes import client
 
 from test_operator_train_job import (GROUP, VERSION, create, get_job, job, operator,  # noqa: F401
                                      phase_is, pods_of, set_pod_phase, wait_for)
+from test_kubectl import kubectl
 
 pytestmark = pytest.mark.operator
 
@@ -24,7 +26,8 @@ def _job(name, **spec):
     return body
 
 
-def test_jobs_run_with_their_runtime_recorded_once_and_refused_naming_it(operator, api_client, namespace):
+def test_jobs_run_with_their_runtime_recorded_once_and_refused_naming_it(operator, api_client, namespace, kubeconfig,
+                                                                          tmp_path):
     ns = namespace
     api = client.CustomObjectsApi(api_client)
     api.create_namespaced_custom_object(GROUP, VERSION, ns, RUNTIMES, {
@@ -64,11 +67,26 @@ def test_jobs_run_with_their_runtime_recorded_once_and_refused_naming_it(operato
     assert {p.spec.containers[0].image for p in newer} == {"registry.local/engine:v2"}
     assert get_job(api_client, ns, "b")["status"]["runtime"]["generation"] == 2
 
-    # A locked field: Failed before any pod, naming the runtime and the field.
-    create(api_client, ns, _job("c", image="my/own:1"))
+    # A locked field: kubectl apply is refused by the API server (the admission policy the CRDs come with), naming
+    # the field, the runtime and the lock; the runtime's own value, or a field it does not lock, is admitted.
+    def apply(name, **spec):
+        manifest = tmp_path / f"{name}.yaml"
+        manifest.write_text(yaml.safe_dump(_job(name, **spec)))
+        return kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(manifest), check=False)
+
+    refused = apply("c", image="my/own:1")
+    assert refused.returncode != 0, refused.stdout
+    assert f"spec.image: AscendTrainingRuntime {ns}/npu locks image (lockedFields)" in refused.stderr, refused.stderr
+    for admitted in (apply("c", image="registry.local/engine:v2"), apply("c", nodeSelector={"pool": "gpu"})):
+        assert admitted.returncode == 0 and "created (server dry run)" in admitted.stdout, admitted.stderr
+    # The operator checks what the API server lets through (a lock below the fields the policy compares): Failed
+    # before any pod, naming the runtime and the field.
+    api.patch_namespaced_custom_object(GROUP, VERSION, ns, RUNTIMES, "npu",
+                                       {"spec": {"lockedFields": ["image", "nodeSelector.pool"]}})
+    create(api_client, ns, _job("c", nodeSelector={"pool": "gpu"}))
     failed = next(c for c in phase_is(api_client, ns, "c", "Failed")["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "RuntimeFieldLocked", failed
-    assert f"spec.image: AscendTrainingRuntime {ns}/npu locks image" in failed["message"], failed
+    assert f"spec.nodeSelector.pool: AscendTrainingRuntime {ns}/npu locks nodeSelector.pool" in failed["message"]
     assert pods_of(api_client, ns, "c") == []
 
     # Deleting the runtime leaves the jobs that use it alone and refuses new ones.

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.group import LABEL_JOB_NAME, LABEL_REPLICA_INDEX
+from ascend_operator.api.runtime_locks import render_admission
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ascend-train-operator"
@@ -30,7 +31,8 @@ VARIANTS = {"defaults": {}, "namespaced": NAMESPACED, "ha": HA, "ha-namespaced":
 # Kinds the Kubernetes client has models for; the others are checked by hand below.
 MODELS = {"Deployment": "V1Deployment", "Service": "V1Service", "ServiceAccount": "V1ServiceAccount",
           "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding", "Role": "V1Role",
-          "RoleBinding": "V1RoleBinding"}
+          "RoleBinding": "V1RoleBinding", "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
+          "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +226,7 @@ def test_chart_crds_are_the_generated_ones(chart):
     for name, text in generated.items():
         assert carried.get(name) == text, f"charts/.../crds/{name} drifted: run `make crds`"
     committed = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
-    assert committed == generated
+    assert committed == {**generated, "runtime-locks.yaml": render_admission()}
     assert set(carried) == set(generated)  # no kopf peering CRDs: HA is a Lease
 
 
@@ -283,3 +285,13 @@ def test_the_chart_installs_a_cluster_runtime_per_accelerator(chart):
     assert runtimes["cpu"].template.devices.resource == "none" and runtimes["cpu"].template.hccl is None
     assert all(r.lockedFields == ["image"] for r in runtimes.values())
     assert not by_kind(render(chart, {"trainingRuntimes": {"create": False}}), "ClusterAscendTrainingRuntime")
+
+
+def test_the_chart_refuses_locked_fields_at_apply_unless_told_not_to(chart):
+    """The ValidatingAdmissionPolicies (and their bindings) for each runtime kind; off for API servers before 1.30."""
+    from ascend_operator.api.runtime_locks import admission_objects
+
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    docs = [d for d in render(chart, {}) if d["kind"] in kinds]
+    assert docs == admission_objects() and len(docs) == 8
+    assert not [d for d in render(chart, {"trainingRuntimes": {"lockAtApply": False}}) if d["kind"] in kinds]

@@ -5,12 +5,16 @@ from pathlib import Path
 import yaml
 
 from ascend_operator.api.crdgen import render_all
+from ascend_operator.api.runtime_locks import render_admission
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "crds"
+CHART_POLICIES = ROOT / "charts" / "ascend-train-operator" / "templates" / "runtime-locks.yaml"
 
 
 def test_committed_crds_match_the_models():
-    generated = render_all()
+    generated = {**render_all(), "runtime-locks.yaml": render_admission()}
+    assert CHART_POLICIES.read_text() == render_admission(helm=True), "run `make crds`"
     committed = {p.name: p.read_text() for p in CRDS.glob("*.yaml")}
     assert set(committed) == set(generated), "run `make crds`"
     for name, text in generated.items():

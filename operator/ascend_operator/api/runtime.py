@@ -20,6 +20,9 @@ from .train_job import AscendTrainJobSpec
 # The job fields a runtime may set: every pod-level one, plus the devices, HCCL and gang scheduling of a train job.
 RUNTIME_FIELDS: tuple[str, ...] = (*(f for f in PodSettings.model_fields if f != "runtimeRef"),
                                    "devices", "hccl", "gangScheduling", "volcanoQueue")
+# A DatasetPrep or CheckpointConvert takes a runtime's pod settings but not its devices, HCCL or gang scheduling:
+# it runs one pod, on CPU unless it asks for a device itself.
+SINGLE_POD_FIELDS = tuple(f for f in RUNTIME_FIELDS if f not in ("devices", "hccl", "gangScheduling", "volcanoQueue"))
 
 
 def _optional(info: FieldInfo) -> tuple[Any, FieldInfo]:
