@@ -68,8 +68,14 @@ def test_a_failed_evaluation_fails_the_job_with_its_cause(operator, api_client, 
     assert status.get("restarts", 0) == 0  # not retried: the data would not get better
 
 
+LM_EVAL = {"backend": "lm-eval", "task": ["mmlu", "hellaswag", "wikitext"], "includePath": ["/data/lm_eval_tasks"],
+           "tokenizerNameOrPath": "/models/qwen3"}
+
+
 def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, api_client, namespace):
-    body = job("evonly", evaluation={**EVALUATION, "load": "/models/qwen3"})
+    """With lm-evaluation-harness's tasks (docs/evaluation.md): the API server takes any task name and the
+    backend, and status.evaluation keeps lm-eval's metrics (a perplexity task without an accuracy)."""
+    body = job("evonly", evaluation={**LM_EVAL, "load": "/models/qwen3"})
     del body["spec"]["train"]
     create(api_client, namespace, body)
     pods = wait_for(lambda: len(p := pods_of(api_client, namespace, "evonly")) == 2 and p, what="2 pods")
@@ -79,8 +85,16 @@ def test_an_evaluation_only_job_evaluates_its_checkpoint_and_succeeds(operator, 
     assert command[:3] == ["python3", "-m", "ascend_engine.launcher"]
     assert command[-4:] == ["ascend_engine", "evaluate", "--config", "/etc/ascendtrain/evaluation.yaml"]
     assert "train" not in command and "sh" not in pods[1].spec.containers[0].command
-    summary = {"summary": "mmlu=0.5000", "checkpoint": "/models/qwen3", "finishedAt": "2026-11-23T16:00:00Z",
-               "tasks": [{"task": "mmlu", "accuracy": 0.5, "samples": 8, "seconds": 2.0}]}
+    assert yaml.safe_load(config["evaluation.yaml"])["backend"] == "lm-eval"
+    summary = {"summary": "mmlu=0.5000 hellaswag=0.2500 wikitext:word_perplexity=31.25", "checkpoint": "/models/qwen3",
+               "finishedAt": "2026-11-23T16:00:00Z", "backend": "lm-eval", "seconds": 2.0,
+               "tasks": [{"task": "mmlu", "accuracy": 0.5, "metric": "acc,none", "samples": 8,
+                          "metrics": {"acc,none": 0.5}},
+                         {"task": "hellaswag", "accuracy": 0.25, "metric": "acc,none", "samples": 4,
+                          "metrics": {"acc,none": 0.25, "acc_norm,none": 0.5}},
+                         {"task": "wikitext", "metric": "word_perplexity,none", "samples": 2,
+                          "metrics": {"word_perplexity,none": 31.25, "byte_perplexity,none": 2.5,
+                                      "bits_per_byte,none": 1.25}}]}
     finish(api_client, namespace, "evonly-0-0", 0, {"evaluation": summary})
     finish(api_client, namespace, "evonly-1-0", 0, {})
     status = phase_is(api_client, namespace, "evonly", "Succeeded")
