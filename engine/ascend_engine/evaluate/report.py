@@ -85,14 +85,15 @@ def lm_eval_summary(results: dict, names: list[str], checkpoint: str, seconds: f
                    if "," in k and "_stderr," not in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
         primary = next((k for m in ACCURACY_METRICS for k in metrics if k.split(",")[0] == m), None)
         samples = sum(int(counts.get(t, {}).get("effective", 0)) for t in _leaves(results, name))
-        tasks.append({"task": name, "accuracy": metrics[primary] if primary else None,
-                      "metric": primary or next(iter(metrics), None), "metrics": metrics, "samples": samples,
-                      "seconds": None})  # lm-eval batches every task's requests together: no per-task time
+        # no accuracy for a perplexity, no seconds (lm-eval batches every task's requests together): left out
+        entry = {"task": name, "accuracy": metrics[primary] if primary else None,
+                 "metric": primary or next(iter(metrics), None), "metrics": metrics, "samples": samples}
+        tasks.append({k: v for k, v in entry.items() if v is not None})
 
     def short(t: dict) -> str:
-        if t["accuracy"] is not None:
+        if t.get("accuracy") is not None:
             return f"{t['task']}={t['accuracy']:.4f}"
-        if t["metric"]:
+        if t.get("metric"):
             return f"{t['task']}:{t['metric'].split(',')[0]}={t['metrics'][t['metric']]:.4g}"
         return f"{t['task']}=-"
 
