@@ -87,6 +87,7 @@ def preference_fields(metrics: dict[str, float]) -> dict[str, float]:
 
 SERIES_PATH = "/series"
 EVENTS_PATH = "/events"
+TRACKING_PATH = "/tracking"  # where the run is tracked (train/trackers): the operator's status.tracking
 # At exit, how long rank 0 waits for its reader (the operator) to fetch the points it has not fetched yet.
 SERIES_FLUSH_SECONDS = float(os.environ.get("ASCEND_SERIES_FLUSH_SECONDS", "20"))
 
@@ -109,6 +110,7 @@ class Metrics:
         self._kept_iteration: int | None = None  # the newest point the reader has kept
         self._read = False  # a reader (the operator) has fetched the series, even while it was still empty
         self._reader_expected = False
+        self.tracking: list[dict[str, Any]] = []  # the experiment trackers' runs (served at /tracking)
 
     def serve(self, port: int, addr: str | None = None) -> None:
         """Bind to ``addr`` or the pod's own IP (``POD_IP``), so jobs sharing a host never clash."""
@@ -125,6 +127,8 @@ class Metrics:
                 return self._serve_series(start_response, environ.get("QUERY_STRING", ""))
             if path == EVENTS_PATH:
                 return _json_response(start_response, recent_events())
+            if path == TRACKING_PATH:
+                return _json_response(start_response, self.tracking)
             return metrics_app(environ, start_response)
 
         class Quiet(WSGIRequestHandler):
@@ -137,7 +141,8 @@ class Metrics:
         self.server = make_server(host, port, app, server_class, handler_class=Quiet)
         threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True).start()
         # The endpoint dies with the process; the last figures outlive it as the termination message.
-        atexit.register(lambda: _REPORTED or report_result(dict(self.values)))
+        atexit.register(lambda: _REPORTED or report_result(
+            {**self.values, **({"tracking": self.tracking} if self.tracking else {})}))
         atexit.register(self._wait_for_reader)
 
     def _serve_series(self, start_response, query: str) -> _Sent:

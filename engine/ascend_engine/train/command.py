@@ -35,13 +35,18 @@ def load_config(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    from ..telemetry import say
+    from ..telemetry import fail, say
+    from .trackers import TrackerError, require_packages
+
+    try:
+        require_packages(cfg.observability.trackers)  # before torch: a missing package fails in a second
+    except TrackerError as e:
+        return fail("train", str(e), "TrackerUnavailable")
 
     say("train", "importing torch", time.perf_counter())
     from ..checkpoint.training import CheckpointMismatch
     from ..data.sources import DataError
     from ..device import select_backend
-    from ..telemetry import fail
     from .loop import train
     from .numerics import NumericFault
 
@@ -51,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("train", f"cannot load checkpoint: {e}", "CheckpointMismatch")
     except DataError as e:
         return fail("train", f"bad training data: {e}", "DataError")
+    except TrackerError as e:
+        return fail("train", str(e), "TrackerUnavailable")
     except NumericFault as e:
         # exit 2, the engine's deliberate refusal: a restart would meet the same fault (the count is checkpointed)
         return fail("train", str(e), "NumericFault", extra=e.report())

@@ -19,6 +19,7 @@ from .stages import make_stage
 from .moe_metrics import router_losses
 from .numerics import SPIKE_STAGES, NumericFault, NumericsState, SkippedWindow, fault_reason, skip_past
 from .tensorboard import open_tensorboard
+from .trackers import status_records
 from .validation import build_validation_data, is_due, run_validation, validation_enabled
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -110,6 +111,7 @@ class Trainer:
         self.stage.setup(self)
         self.last_metrics: dict[str, float] = {}
         self.tensorboard = open_tensorboard(cfg.observability.tensorboardDir) if self.info.rank == 0 else None
+        self.trackers = self._open_trackers(backend) if self.info.rank == 0 and cfg.observability.trackers else None
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
             self.metrics = Metrics()
@@ -119,6 +121,8 @@ class Trainer:
             self.metrics.set(trainIters=t.trainIters, **self.goodput.figures())
             if self.numerics.rollbacks:  # a resumed run that has rolled back before
                 self.metrics.set(**self.numerics.figures())
+            if self.trackers:
+                self.metrics.tracking = status_records(self.trackers.records)
         if self.info.rank == 0 and (restarted := self.goodput.restart_summary()):
             emit_event("Warning", "RecoveredInPlace", restarted)
         self.flops = flops_per_step(
@@ -128,6 +132,23 @@ class Trainer:
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
         say("train", f"first step (iteration {self.iteration + 1} of {t.trainIters})", started)
+
+    def _open_trackers(self, backend: Backend):
+        """Rank 0's experiment-tracker runs (``observability.trackers``), continued from the ids beside the
+        checkpoints; each said as a Kubernetes event, so ``kubectl describe`` shows where the run is tracked."""
+        from .trackers import open_trackers, system_info
+
+        p = self.cfg.parallel
+        layout = {"tensorModelParallelSize": p.tensorModelParallelSize, "dataParallelSize": self.info.dp,
+                  "pipelineModelParallelSize": p.pipelineModelParallelSize,
+                  "expertModelParallelSize": p.expertModelParallelSize}
+        trackers = open_trackers(self.cfg.observability.trackers, self.cfg.checkpoint.save, self.cfg.to_yaml_dict(),
+                                 system_info(backend.name, self.info.world_size, layout))
+        for r in trackers.records:
+            where = r.get("url") or r.get("location")
+            emit_event("Normal", "TrackerRun", f"{r['tracker']} run {r['runId']} "
+                       f"{'continued' if r['resumed'] else 'started'}{' at ' + where if where else ''}")
+        return trackers
 
     # ------------------------------------------------------------ one step
 
@@ -270,6 +291,8 @@ class Trainer:
                 self.metrics.expect_reader()
         if self.tensorboard:
             self.tensorboard.close()
+        if self.trackers:
+            self.trackers.close("KILLED" if preempted else "FINISHED")
         final = f"{losses[-1]:.4f}" if losses else "n/a"
         progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
                          f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
@@ -354,6 +377,12 @@ class Trainer:
                 if value is not None:
                     self.tensorboard.add_scalar(name, float(value), self.iteration)
             self.tensorboard.flush()
+        if self.trackers:  # the metrics endpoint's series, by its status.progress names
+            self.trackers.log({"loss": loss, "learningRate": lr, "tokensPerSecond": tps, "mfu": mfu,
+                               "gradNorm": grad_norm, "lossScale": scale, **preference_fields(self.last_metrics),
+                               "loadBalancingLoss": self.router_losses.get(
+                                   "load_balancing_loss", self.router_losses.get("seq_load_balancing_loss"))},
+                              self.iteration)
         self.goodput.save()
         if self.metrics:
             self.metrics.set(**self.goodput.figures())
@@ -369,5 +398,9 @@ def train(cfg: TrainConfig, backend: Backend) -> TrainResult:
     trainer = Trainer(cfg, backend)
     try:
         return trainer.run()
+    except BaseException:
+        if trainer.trackers:
+            trainer.trackers.close("FAILED")
+        raise
     finally:
         destroy_parallel()

@@ -73,4 +73,6 @@ def run_validation(trainer) -> float:
             trainer.tensorboard.flush()
         if trainer.metrics:
             trainer.metrics.set(validationLoss=loss)
+        if getattr(trainer, "trackers", None):
+            trainer.trackers.log({"validationLoss": loss}, trainer.iteration)
     return loss
