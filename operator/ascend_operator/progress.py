@@ -7,7 +7,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_engine.telemetry import EVENTS_PATH, GOODPUT_METRICS, METRIC_NAMES, SERIES_PATH
+from ascend_engine.telemetry import EVENTS_PATH, GOODPUT_METRICS, METRIC_NAMES, SERIES_PATH, TRACKING_PATH
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples",
                    "skippedWindowIteration", "skippedWindowFirstSample", "skippedWindowEndSample",
@@ -43,6 +43,19 @@ def scrape_events(base_url: str, timeout: float = 2.0) -> list[dict]:
         return []
     return [e for e in events if isinstance(e, dict) and isinstance(e.get("id"), str)
             and isinstance(e.get("reason"), str) and isinstance(e.get("message"), str)]
+
+
+def scrape_tracking(base_url: str, timeout: float = 2.0) -> list[dict]:
+    """Where rank 0's experiment trackers keep the run (``/tracking``): tracker, runId, url / location each; none
+    when it does not answer or tracks nothing."""
+    try:
+        with urllib.request.urlopen(base_url + TRACKING_PATH, timeout=timeout) as response:
+            runs = json.loads(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    keys = ("tracker", "runId", "url", "location")
+    return [{k: r[k] for k in keys if isinstance(r.get(k), str)} for r in runs if isinstance(r, dict)
+            and isinstance(r.get("tracker"), str) and isinstance(r.get("runId"), str)] if isinstance(runs, list) else []
 
 
 def scrape(url: str, timeout: float = 1.0) -> dict[str, float | int] | None:

@@ -179,7 +179,7 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
     status = {k: v for k, v in previous.items() if k in ("conditions", "startTime", "completionTime", "restarts",
                                                          "disruptions", "progress", "phase", "hostPorts",
                                                          "evaluation", "avoidedNodes", "elastic", "recoveries",
-                                                         "goodput", "plan")}
+                                                         "goodput", "plan", "tracking")}
     status.setdefault("conditions", [])
     status["replicas"] = counts = pods.replica_counts()
     phase = previous.get("phase")

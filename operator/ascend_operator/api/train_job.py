@@ -17,6 +17,7 @@ from .evaluation import EvaluationStatus
 from .kube import IMAGE_RULE, JobStatusBase, KubeModel, ObjectName, PodSettings
 from .recovery import Goodput, Recovery
 from .run_policy import TrainRunPolicy
+from .tracking import TrackedRun
 from .trainer import TrainerCommand
 
 WORLD_SIZE_RULE = {
@@ -416,3 +417,5 @@ class AscendTrainJobStatus(JobStatusBase):
     """Productive training time against wall time, and where the rest went."""
     plan: PlanStatus | None = None
     """The per-device memory estimate checked when the operator admitted the job."""
+    tracking: list[TrackedRun] = []
+    """Where the experiment trackers (train.observability.trackers) keep this job's run: one entry per tracker."""

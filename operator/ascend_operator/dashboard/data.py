@@ -104,6 +104,7 @@ def snapshot(api: client.ApiClient) -> dict[str, Any]:
                     "progress": status.get("progress") or {}, "restarts": status.get("restarts", 0),
                     "message": failure_cause(status), "evaluation": status.get("evaluation"),
                     "recoveries": status.get("recoveries") or [], "goodput": status.get("goodput"),
+                    "tracking": status.get("tracking") or [],
                     "pipeline": pipeline(job, preps, converts),
                     "series": series.get((meta["namespace"], meta["name"]), [])})
     return {"jobs": out}

@@ -34,6 +34,7 @@ PAGE = r"""<!doctype html>
  .pipeline .node a { color: #1d4ed8; text-decoration: none; } .pipeline .kind { color: #6b7280; }
  .pipeline .arrow { color: #9aa1ad; }
  table.evaluation { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+ .tracking { font-size: 12px; color: #4a5263; margin: 4px 0; } .tracking a { color: #1d4ed8; }
  table.evaluation td, table.evaluation th { border-bottom: 1px solid #eceef2; padding: 2px 10px 2px 0;
                                             text-align: left; }
  .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: 10px; margin-top: 8px; }
@@ -233,6 +234,16 @@ function recoveries(j) {  // goodput, then one stacked bar per recovery: its par
     `<span style="--c:${c}">${label}</span>`).join("")}</div>` : "";
   return `<div class="recoveries">${head}${rows}${legend}</div>`;
 }
+function tracking(j) {  // where the experiment trackers keep the run: a link where it is online
+  const ts = j.tracking || [];
+  if (!ts.length) return "";
+  return `<div class="tracking">tracked in ` + ts.map(t => {
+    const online = /^https?:\/\//.test(t.url || "");
+    return `<span data-tracker="${esc(t.tracker)}">${esc(t.tracker)} ` + (online ?
+      `<a href="${esc(t.url)}" target="_blank" rel="noopener">run ${esc(t.runId)}</a>` :
+      `run ${esc(t.runId)}${t.location ? ` (${esc(t.location)})` : ""}`) + `</span>`;
+  }).join(" &middot; ") + `</div>`;
+}
 function render(data) {
   const jobsByKey = Object.fromEntries(data.jobs.map(j => [j.namespace + "/" + j.name, j]));
   const html = data.jobs.map(j => {
@@ -246,7 +257,7 @@ function render(data) {
       ` &middot; ${fmt(p.tokensPerSecond)} tokens/s &middot; restarts ${j.restarts}</span></div>` +
       `<div class="bar"><div style="width:${pct}%"></div></div>` + pipeline(j) +
       (j.phase === "Failed" && j.message ? `<div class="failure">${esc(j.message)}</div>` : "") +
-      evaluation(j.evaluation) + recoveries(j) +
+      tracking(j) + evaluation(j.evaluation) + recoveries(j) +
       (charts.length ? `<div class="charts">${charts.map(([k, t, u]) => chart(j, k, t, u, jobsByKey)).join("")}</div>`
         : `<p class="empty">no logged points yet</p>`) + `</section>`;
   }).join("");

@@ -39,7 +39,7 @@ from ..pod_cache import JobKey, PodCache
 from ..informer import Informer
 from ..job_informer import JobInformer
 from ..pod_informer import PodInformer
-from ..progress import scrape, scrape_events, scrape_series
+from ..progress import scrape, scrape_events, scrape_series, scrape_tracking
 from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
 from ..status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
 from ..workqueue import WorkQueue, Workers
@@ -121,6 +121,21 @@ def _live_progress(job: JobKind, spec: Any, reporters: list[dict[str, Any]],
             series = scrape_series(f"http://{ip}:{port}", kept)
             events = scrape_events(f"http://{ip}:{port}")
     return ({**progress, "lastUpdateTime": now()}, series, events) if progress else (None, None, events)
+
+
+def _tracking(job: JobKind, spec: Any, status: dict[str, Any], reporters: list[dict[str, Any]]) -> list[dict] | None:
+    """status.tracking from rank 0 (``/tracking``) while the job names trackers that the status does not show yet
+    (once there, a run's ids stay the same across restarts: no more reads)."""
+    train = getattr(spec, "train", None)
+    wanted = len(train.observability.trackers) if train else 0
+    port = job.metrics_port(spec)
+    if not wanted or len(status.get("tracking") or []) >= wanted or not port:
+        return None
+    for pod in reporters[:1]:
+        ip = pod.get("status", {}).get("podIP")
+        if ip and pod["status"].get("phase") == "Running":
+            return scrape_tracking(f"http://{ip}:{port}") or None
+    return None
 
 
 def _policy(job: JobKind, obj: dict[str, Any]) -> RunPolicy:
@@ -454,6 +469,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
     reporters = _reporters(job, spec, current, name, attempt)
     progress, series, events = _live_progress(job, spec, reporters, _KEPT.get(key, 0))
     engine_events.post_new(key, obj, events)
+    if progress and (tracking := _tracking(job, spec, status, reporters)):
+        new["tracking"] = tracking
     if progress:
         new["progress"] = {**status.get("progress", {}), **progress}
         if tracks_goodput(job):
@@ -468,6 +485,8 @@ def _follow(job: JobKind, obj: dict[str, Any], namespace: str, name: str, spec: 
         result = {k: v for pod in reporters for k, v in (termination_result(pod) or {}).items()} or None
         if result and job.result_field == "progress":
             evaluation = result.pop("evaluation", None)
+            if tracking := result.pop("tracking", None):  # rank 0's trackers, also for a run shorter than a read
+                new["tracking"] = tracking
             new["progress"] = {**new.get("progress", {}), **result, "lastUpdateTime": now()}
             if evaluation:
                 new["evaluation"] = evaluation

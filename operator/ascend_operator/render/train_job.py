@@ -4,6 +4,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ascend_engine.config.tracking import JOB_NAME_ENV, JOB_NAMESPACE_ENV
 from ascend_engine.stacks import ANNOTATIONS_FILE_ENV
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
@@ -144,6 +145,7 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))
     main = container(spec, command(name, spec, index), env, limits, processes=spec.nprocPerNode)
+    with_tracker_credentials(main, name, namespace, spec)
     if spec.trainer and spec.trainer.workingDir:
         main["workingDir"] = spec.trainer.workingDir
     if not spec.trainer:
@@ -163,6 +165,18 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     }
     gang.mark_pod(out, name, spec)
     return out
+
+def with_tracker_credentials(main: dict[str, Any], name: str, namespace: str, spec: AscendTrainJobSpec) -> None:
+    """Experiment trackers (train.observability.trackers): each one's ``credentialsSecret`` becomes the pod's
+    environment (``envFrom``: WANDB_API_KEY, MLFLOW_TRACKING_TOKEN, ... as the Secret's keys), so no credential is
+    ever in the spec or the ConfigMap; the job's name and namespace name the tracker run."""
+    trackers = spec.train.observability.trackers if spec.train else []
+    if not trackers:
+        return
+    main["env"] += env_list({JOB_NAME_ENV: name, JOB_NAMESPACE_ENV: namespace})
+    secrets = dict.fromkeys(t.credentialsSecret for t in trackers if t.credentialsSecret)
+    if secrets:
+        main["envFrom"] = list(main.get("envFrom", [])) + [{"secretRef": {"name": s}} for s in secrets]
 
 def with_annotations_file(main: dict[str, Any]) -> None:
     """The pod's annotations as a file the engine watches (kubelet-refreshed downwardAPI volume): how the
