@@ -19,7 +19,8 @@ class EvaluateConfig(EngineModel):
     """Score a checkpoint on benchmarks read from local files in their published formats."""
 
     task: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1), Flag("--task")]
-    """Benchmarks to run, in order. Our own tasks (mmlu, ceval, cmmlu, boolq, hellaswag, agieval, bbh, gsm8k,
+    """Benchmarks to run, in order: our task names or lm-evaluation-harness task and group names (see backend).
+    Our own tasks (mmlu, ceval, cmmlu, boolq, hellaswag, agieval, bbh, gsm8k,
     humaneval: choice tasks by the log-likelihood of each answer, the others by greedy generation and the task's
     own check) read ``taskDataPath``. Any lm-evaluation-harness task or group name runs lm-eval's own task
     definition on this model (``backend: lm-eval``): a name that is not one of ours, or any name written
