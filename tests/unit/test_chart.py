@@ -295,3 +295,26 @@ def test_the_chart_refuses_locked_fields_at_apply_unless_told_not_to(chart):
     docs = [d for d in render(chart, {}) if d["kind"] in kinds]
     assert docs == admission_objects() and len(docs) == 8
     assert not [d for d in render(chart, {"trainingRuntimes": {"lockAtApply": False}}) if d["kind"] in kinds]
+
+
+def test_the_examples_that_name_a_chart_runtime_resolve_against_it(chart):
+    """Examples leave the image, devices and HCCL to the chart's runtimes (docs/runtimes.md): merged with the
+    runtime they name, each resource is valid for its kind and runs the runtime's image on its devices."""
+    from ascend_operator.api.resources import RESOURCES
+    from ascend_operator.runtimes import resolve
+
+    runtimes = {d["metadata"]["name"]: d for d in by_kind(render(chart, {}), "ClusterAscendTrainingRuntime")}
+    named = 0
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or "runtimeRef" not in doc.get("spec", {}):
+                continue
+            named += 1
+            model = RESOURCES[doc["kind"]].spec
+            merged, recorded = resolve(doc["spec"], None, "team-a", lambda kind, ns, name: runtimes.get(name), model)
+            spec = model.model_validate(merged)
+            runtime = runtimes[doc["spec"]["runtimeRef"]["name"]]["spec"]["template"]
+            assert spec.image == runtime["image"] and recorded["name"] in runtimes, path.name
+            if doc["kind"] == "AscendTrainJob":
+                assert spec.devices.resource == runtime["devices"]["resource"], path.name
+    assert named >= 15

@@ -85,7 +85,7 @@ def test_pipeline_wiring_follows_the_seeds_pitfalls(name):
 def test_multi_node_example_is_two_by_eight_npus():
     (job,) = _by_kind(documents("qwen3-14b-pretrain-2x8.yaml"), "AscendTrainJob")
     spec = RESOURCES["AscendTrainJob"].spec.model_validate(job["spec"])
-    assert (spec.nnodes, spec.nprocPerNode, spec.devices.resource) == (2, 8, "huawei.com/Ascend910")
+    assert (spec.nnodes, spec.nprocPerNode, spec.runtimeRef.name) == (2, 8, "ascend-910b")
     assert spec.train.check_world_size(spec.world_size) == 2
 
 
