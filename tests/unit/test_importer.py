@@ -189,6 +189,9 @@ def test_cli_writes_a_manifest_the_train_command_accepts(tmp_path, capsys):
     assert re.search(r"^# No effect here \(.*\): .*--use-fused-rmsnorm", text, re.M)
     assert "#   /apps/hw/weights/Qwen3-14B/" in text
     assert yaml.safe_load(text)["metadata"]["namespace"] == "llm"
+    # The pods are the chart's Ascend 910B runtime's: the job names it instead of the image (docs/runtimes.md).
+    assert yaml.safe_load(text)["spec"]["runtimeRef"] == {"name": "ascend-910b"}
+    assert "image" not in yaml.safe_load(text)["spec"]
     assert [p.name for p in tmp_path.iterdir()] == ["job.yaml"]  # no temporary file left behind
     # The engine reads the whole resource back (spec.train) with the same loader as `ascend-engine train`.
     cfg = build_config(TrainConfig, argparse.Namespace(), {}, str(out), section="train")

@@ -22,7 +22,7 @@ from ..config.loader import ConfigError
 from .accelerations import NO_EFFECT_REASON
 from .job import import_script
 from .keep import import_as_is
-from .parts import DEFAULT_IMAGE, ImportedJob
+from .parts import DEFAULT_IMAGE, DEFAULT_RUNTIME, ImportedJob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                "(default: stdout)")
     parser.add_argument("--image", help="image for the pods (default: the Dockerfile's engine-ascend target; "
                                             "with --keep-as-is, required: your MindSpeed-LLM image)")
+    parser.add_argument("--runtime", default=DEFAULT_RUNTIME, metavar="NAME",
+                        help="the ClusterAscendTrainingRuntime the resources name instead of an image (default: "
+                             "%(default)s, the chart's Ascend 910B runtime: the engine's image, devices and HCCL); "
+                             "'' names none and writes the engine's image; ignored with --image")
     parser.add_argument("--keep-as-is", action="store_true",
                         help="keep the script's torchrun line as the job's trainer (your image runs your code) "
                              "instead of translating it to the engine")
@@ -106,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         job = import_script(text, args.script, image=args.image or DEFAULT_IMAGE,
                             name=args.name, namespace=args.namespace, preset=_preset(args.preset))
+        if args.runtime and not args.image:
+            job.name_runtime(args.runtime)
     for s in job.skipped:
         print(f"not imported: {s}", file=sys.stderr)
     if job.no_effect:

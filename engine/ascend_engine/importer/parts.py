@@ -18,6 +18,9 @@ SET_BY_OPERATOR = {"MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_S
 # torchrun options the pod contract provides per pod (rank, rendezvous address).
 LAUNCHER_PER_POD = {"node-rank", "master-addr", "rdzv-endpoint", "rdzv-backend", "rdzv-id"}
 DEFAULT_IMAGE = "ascend-train/engine-ascend:0.1.0"
+# The chart's ClusterAscendTrainingRuntime for what a MindSpeed-LLM script runs on (Ascend 910B, HCCL) with the
+# engine's image: a translated script's pods are exactly its pods, so the job names it instead of the image.
+DEFAULT_RUNTIME = "ascend-910b"
 
 
 @dataclass
@@ -35,6 +38,15 @@ class ImportedJob:
     def documents(self) -> list[dict[str, Any]]:
         """Everything to apply, in the script's order: tools first (they run before training), then the job."""
         return self.tools + ([self.manifest] if self.manifest else [])
+
+    def name_runtime(self, runtime: str) -> None:
+        """Every resource that runs the engine's default image names ``runtime`` (a ClusterAscendTrainingRuntime)
+        instead: the image, devices and HCCL come from it; what the script set itself stays as the job's own."""
+        for doc in self.documents:
+            spec = doc["spec"]
+            if spec.get("image") == DEFAULT_IMAGE:
+                del spec["image"]
+                doc["spec"] = {"runtimeRef": {"name": runtime}, **spec}
 
     def mapped_count(self) -> int:
         return _count_leaves(self.manifest["spec"]["train"])
