@@ -196,6 +196,9 @@ def test_the_dashboard_shows_a_pipeline_its_evaluation_a_failure_and_two_runs_on
                          "checkpointLoad": 3.0, "retrain": 5.0}}],
                 "goodput": {"goodput": 0.5, "wallSeconds": 200.0, "productiveSeconds": 100.0,
                             "recoverySeconds": 60.0, "otherSeconds": 40.0},
+                "tracking": [{"tracker": "mlflow", "runId": "5f1e0c",
+                              "url": "http://mlflow.example:5000/#/experiments/1/runs/5f1e0c"},
+                             {"tracker": "wandb", "runId": "x1y2", "location": "/workspace/wandb/offline-run-x1y2"}],
                 "evaluation": {"summary": "mmlu=0.42 gsm8k=0.1", "tasks": [
                     {"task": "mmlu", "accuracy": 0.42, "samples": 100, "seconds": 12.5},
                     {"task": "gsm8k", "accuracy": 0.1, "samples": 50, "seconds": 30.0}]}})
@@ -230,6 +233,10 @@ def test_the_dashboard_shows_a_pipeline_its_evaluation_a_failure_and_two_runs_on
                 assert linked["kind"] == "DatasetPrep" and linked["status"]["phase"] == "Succeeded"
                 assert re.search(r'<tr data-task="mmlu"><td>mmlu</td><td>42.0%</td><td>100</td>', sft)
                 assert '<tr data-task="gsm8k">' in sft
+                # the tracker runs: a link to the online one, the offline one's folder
+                assert ('<span data-tracker="mlflow">mlflow <a href="http://mlflow.example:5000/#/experiments/1/runs/'
+                        '5f1e0c" target="_blank" rel="noopener">run 5f1e0c</a></span>') in sft
+                assert '<span data-tracker="wandb">wandb run x1y2 (/workspace/wandb/offline-run-x1y2)</span>' in sft
                 # goodput, and one stacked bar per recovery on one scale (the longest, 40 s, is the full width)
                 assert 'data-goodput="0.5">goodput 50.0%: productive' in sft
                 bars = re.findall(r'<div class="recovery" data-level="(\w+)">.*?</div></div>', sft)

@@ -66,6 +66,8 @@ def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
         atj = resources.resolve("atj")
         job = job_named("columns")
         job["spec"]["runtimeRef"] = {"name": "cpu"}  # a cluster runtime (the chart's); the column shows it
+        job["spec"]["train"]["observability"]["trackers"] = [  # kube-apiserver takes the trackers' schema
+            {"type": "mlflow", "trackingUri": "http://mlflow.example:5000", "credentialsSecret": "mlflow-token"}]
         resources.apply(job, namespace)
         raw = {"iteration": 12, "loss": 1.5500773191452026, "tokensPerSecond": 812.6}
         progress = TrainProgress.with_columns(raw)  # what the operator writes
@@ -73,6 +75,7 @@ def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
         resources.request("PATCH", atj.path(namespace, "columns", "status"), {"status": {
             "phase": "Failed", "restarts": 1, "progress": progress, "evaluation": {"summary": "mmlu=0.2500"},
             "elastic": {"desiredNodes": 4, "currentNodes": 2, "nodes": "2/4"},
+            "tracking": [{"tracker": "mlflow", "runId": "5f1e0c", "url": "http://mlflow.example:5000/#/runs/5f1e0c"}],
             "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailed", "message": cause,
                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
             content_type="application/merge-patch+json")
@@ -87,6 +90,10 @@ def test_get_atj_shows_the_crd_printer_columns(kubeconfig, namespace):
                                "FAILURE"]
     assert wide[1].split()[:9] == ["columns", "Failed", "12", "1.550", "813", "mmlu=0.2500", "1", "cpu", "2/4"]
     assert wide[1].endswith(cause)
+    described = kubectl(kubeconfig, "describe", "atj", "columns").stdout  # where the run is tracked
+    tracking = described.split("Tracking:", 1)[1]
+    assert re.search(r"Run Id:\s+5f1e0c", tracking) and re.search(r"Tracker:\s+mlflow", tracking), described
+    assert "http://mlflow.example:5000/#/runs/5f1e0c" in tracking, described
 
 
 def test_kubectl_explain_describes_our_fields(kubeconfig):
