@@ -6,6 +6,7 @@ with a Warning event on the job that `kubectl get events` shows. (A killed pod's
 tests/operator/test_operator_lifecycle.py's; it ends in the same create-and-resume path as this one.)"""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -21,6 +22,7 @@ import yaml
 
 from ascend_cluster.cluster import LocalCluster
 
+from mlflow_server import CLIENT_ENV, importable, mlflow_server  # noqa: E402
 from workspace import create_workspace, quickstart_job  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -70,10 +72,16 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     job["spec"]["runPolicy"] = {"backoffLimit": 1, "stallDetection": {
         "timeoutSeconds": STALL_TIMEOUT_S, "checkpointSeconds": STALL_TIMEOUT_S, "startupSeconds": 300,
         "stackDumpSeconds": 4}}
+    tracked = importable()  # the job's curves in a real MLflow server, one run across the gang restart
     phases: list[str] = []
     restarting: list[dict] = []
     iterations: set[int] = set()
-    with LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+    with (mlflow_server(tmp_path / "mlflow") if tracked else contextlib.nullcontext()) as tracking_uri, \
+            LocalCluster(fast_storage=True, root=tmp_path / "cluster", operator=True) as cluster:
+        if tracked:
+            train["observability"]["trackers"] = [
+                {"type": "mlflow", "trackingUri": tracking_uri, "experiment": "gang-restart"}]
+            job["spec"]["env"] = [*job["spec"].get("env", []), *({"name": k, "value": v} for k, v in CLIENT_ENV.items())]
         create_workspace(cluster)
         resources = cluster.client()
         atj = resources.resolve("atj")
@@ -115,12 +123,22 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
         # Rank 0's log over both attempts (pods resume-0-0 and resume-0-1; the local runner keeps a deleted pod's).
         log = "".join((cluster.root / "pods" / "default" / f"resume-0-{a}" / "container.log").read_text()
                       for a in (0, 1))
+        first_attempt = max(int(m) for m in re.findall(  # the last iteration the stalled attempt logged
+            r"^ iteration\s+(\d+)/", (cluster.root / "pods" / "default" / "resume-0-0" / "container.log").read_text(),
+            re.M))
         listed = _kubectl(cluster, "get", "pods", "-l", "ascendtrain.dev/job-name=resume", "-L",
                           "ascendtrain.dev/attempt")
         served = urllib.request.urlopen(f"http://127.0.0.1:{_operator_metrics_port(cluster)}/metrics",
                                         timeout=5).read().decode()
         events = _kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=resume")
         resources.close()
+        if tracked:
+            from mlflow import MlflowClient
+
+            client = MlflowClient(tracking_uri)
+            run_id = final["tracking"][0]["runId"]
+            losses = [m.step for m in client.get_metric_history(run_id, "loss")]
+            run = client.get_run(run_id)
     assert final["phase"] == "Succeeded", final
     assert final["restarts"] == 1
     assert "Restarting" in phases and phases.index("Restarting") < len(phases) - 1, phases
@@ -163,6 +181,18 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     assert len(fallback) == 1 and fallback[0][1] == "Warning", events
     assert f"iteration {newest} is damaged" in fallback[0][4] and f"resuming from iteration {loaded[0]}" in \
         fallback[0][4], events
+    if tracked:
+        # One MLflow run over both attempts (its id beside the checkpoints): every logged iteration of the job; the
+        # steps after the checkpoint the second attempt loaded, logged by the first attempt too, appear twice.
+        assert [t["tracker"] for t in final["tracking"]] == ["mlflow"] and final["tracking"][0]["url"].startswith(
+            tracking_uri), final["tracking"]
+        assert sorted(set(losses)) == list(range(10, 151, 10)), losses
+        twice = sorted(step for step in set(losses) if losses.count(step) == 2)
+        assert twice == [step for step in range(10, 151, 10) if loaded[0] < step <= first_attempt], (losses, loaded)
+        assert all(losses.count(step) <= 2 for step in losses), losses
+        assert run.info.status == "FINISHED" and run.data.params["training.trainIters"] == "150"
+        trackers = [row for row in rows if row[2] == "TrackerRun"]
+        assert len(trackers) == 2 and f"mlflow run {run_id} continued" in trackers[-1][4], events
 
 
 def _kubectl(cluster: LocalCluster, *args: str) -> str:

@@ -2,7 +2,6 @@
 figures the operator copies into status.progress."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlflow_server import CLIENT_ENV, importable, mlflow_server as start_mlflow_server
 from test_train_torchrun import LINE, TINY, free_port
 
 LR = re.compile(r"iteration\s+(\d+)/.*?learning rate: (\S+) \|")
@@ -43,7 +43,7 @@ def expected_lr(step: int, peak: float, floor: float, warmup: int, total: int) -
 
 
 # The experiment trackers' packages (dev extras); without them the run has no trackers and their test skips.
-TRACKERS = all(importlib.util.find_spec(p) for p in ("mlflow", "wandb"))
+TRACKERS = importable()
 
 
 def scrape_run(path, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -51,35 +51,17 @@ def scrape_run(path, timeout: int = 120) -> subprocess.CompletedProcess:
     # POD_IP: served as in a pod; no series reader, so no wait for one at exit (ASCEND_SERIES_FLUSH_SECONDS)
     return subprocess.run([sys.executable, "-c", SCRAPE, str(path)], capture_output=True, text=True, timeout=timeout,
                           env={**env, "OMP_NUM_THREADS": "1", "POD_IP": "127.0.0.1", "ASCEND_SERIES_FLUSH_SECONDS": "0",
-                               "ASCEND_JOB_NAME": "observed", "WANDB_SILENT": "true",
-                               # the MLflow server may still be starting: retry after 1, 2, 4 ... s, not 2, 4, 8 ...
-                               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "10"})
+                               "ASCEND_JOB_NAME": "observed", "WANDB_SILENT": "true", **CLIENT_ENV})
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server (sqlite store), started while the first run imports torch: the engine's
-    client retries until it answers."""
+    """A real MLflow tracking server, started while the first run imports torch (its client retries)."""
     if not TRACKERS:
         yield None
         return
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = open(root / "server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{root}/mlflow.db", "--default-artifact-root", str(root / "artifacts"),
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    with start_mlflow_server(tmp_path_factory.mktemp("mlflow")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
