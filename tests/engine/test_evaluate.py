@@ -2,6 +2,7 @@
 100% while held-out questions stay near chance, and every generative task's checker runs end to end."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -217,16 +218,35 @@ def test_vocabulary_mismatch_is_refused_with_both_sizes(random_qwen3, tmp_path):
 
 
 @pytest.mark.engine
-def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(memorised):
+def test_a_memorised_set_scores_full_marks_and_held_out_questions_stay_near_chance(memorised, tmp_path):
     """A tiny model trained on 8 MMLU-format questions with their answers (``memorised.py``), evaluated
     zero-shot, answers all 8 and does no better than guessing on 8 held-out questions of the same form (answers
-    balanced A-D)."""
+    balanced A-D). The checkpoint's training run was tracked (an offline W&B run beside it): the results join it."""
+    from ascend_engine.config.tracking import TrackerConfig
+    from ascend_engine.train.trackers import RUNS_FILE, write_runs
+
     tok, mmlu, ckpt = (str(memorised[k]) for k in ("tokenizer", "mmlu", "checkpoint"))
     one_process = ("--pipeline-model-parallel-size", "1")  # the PP=2 checkpoint, resharded on load
-    assert_ok(evaluate("--task", "mmlu", "--task-data-path", mmlu, "--load", ckpt, "--tokenizer-name-or-path", tok,
-                       *one_process))
+    tracker = TrackerConfig(type="wandb", mode="offline", dir=str(tmp_path / "wb"))
+    tracked = importlib.util.find_spec("wandb") is not None
+    if tracked:
+        write_runs(ckpt, {tracker.key(): {"key": tracker.key(), "tracker": "wandb", "runId": "memorised1",
+                                          "config": tracker.to_yaml_dict()}})
+    try:
+        assert_ok(evaluate("--task", "mmlu", "--task-data-path", mmlu, "--load", ckpt, "--tokenizer-name-or-path",
+                           tok, *one_process))
+    finally:
+        (Path(ckpt) / RUNS_FILE).unlink(missing_ok=True)
     # the report lands next to the checkpoint when no path is given
-    subjects = json.loads((Path(ckpt) / "evaluation_results.json").read_text())["results"][0]["subjects"]
+    report = json.loads((Path(ckpt) / "evaluation_results.json").read_text())
+    if tracked:
+        from test_train_observability import wandb_run
+
+        logged = wandb_run(next((tmp_path / "wb" / "wandb").glob("offline-run-*-memorised1")))
+        iteration = int((Path(ckpt) / "latest_checkpointed_iteration.txt").read_text())
+        assert logged["id"] == "memorised1" and logged["history"][0]["iteration"] == iteration
+        assert logged["history"][0]["eval/mmlu/accuracy"] == pytest.approx(report["tasks"][0]["accuracy"], abs=1e-6)
+    subjects = report["results"][0]["subjects"]
     accuracy = {name: subjects[name]["accuracy"] for name in ("seen", "held_out")}
     assert subjects["seen"]["samples"] == subjects["held_out"]["samples"] == 8, subjects
     assert accuracy["seen"] == 1.0, (accuracy, memorised["losses"][-5:])
