@@ -130,6 +130,11 @@ def test_apply_server_dry_run_validates_without_storing(kubeconfig, tmp_path):
     bad = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(write(tmp_path, "dry.yaml", job)), check=False)
     assert bad.returncode != 0 and 'The AscendTrainJob "dry" is invalid' in bad.stderr, bad.stderr
     assert "nnodes x nprocPerNode must be divisible by" in bad.stderr, bad.stderr
+    # experiment trackers: an MLflow tracker without its server, a tracker named twice (the list is keyed by type)
+    job["spec"]["train"]["parallel"]["tensorModelParallelSize"] = 2
+    job["spec"]["train"]["observability"]["trackers"] = [{"type": "mlflow"}, {"type": "wandb"}, {"type": "wandb"}]
+    bad = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(write(tmp_path, "dry.yaml", job)), check=False)
+    assert "trackers: mlflow needs trackingUri" in bad.stderr and "Duplicate value" in bad.stderr, bad.stderr
 
 
 def test_reapply_changes_run_policy_and_refuses_other_spec_changes(kubeconfig, tmp_path):

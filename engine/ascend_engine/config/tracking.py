@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from .base import EngineModel
 
@@ -25,11 +25,30 @@ JOB_NAME_ENV, JOB_NAMESPACE_ENV = "ASCEND_JOB_NAME", "ASCEND_JOB_NAMESPACE"
 SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"  # a Kubernetes object name (DNS subdomain)
 
 
+# The same checks as TrackerConfig's validator, as CEL on each list item, so kubectl apply refuses them too.
+CEL_RULES = [
+    {"rule": "self.type != 'mlflow' || has(self.trackingUri)",
+     "message": "trackers: mlflow needs trackingUri (http://mlflow.example:5000, file:///shared/mlruns)"},
+    {"rule": "self.type == 'mlflow' || (!has(self.trackingUri) && !has(self.experiment))",
+     "message": "trackers: trackingUri and experiment apply to mlflow"},
+    {"rule": "self.type != 'mlflow' || (!has(self.project) && !has(self.dir))",
+     "message": "trackers: project and dir apply to wandb or swanlab"},
+    {"rule": "self.type != 'mlflow' || !has(self.mode) || self.mode == 'online'",
+     "message": "trackers: mlflow has no offline mode here; log to a file:// trackingUri on a shared volume instead"},
+    {"rule": "self.type != 'wandb' || !has(self.mode) || self.mode != 'local'",
+     "message": "trackers: wandb mode is online or offline (local is swanlab's)"},
+]
+# A list keyed by type: the API server refuses a tracker named twice, and merges by type on apply.
+LIST_SCHEMA = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+
+
 class TrackerConfig(EngineModel):
     """One experiment tracker. Rank 0 logs the metrics endpoint's series (loss, learningRate, tokensPerSecond, mfu,
     validationLoss, the stage's own figures) at each logged iteration, the resolved engine config, system info and
     the job's evaluation results; a resumed or restarted job continues the same tracker run (its id is kept in
     ``ascend_trackers.json`` beside the checkpoints)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": CEL_RULES})
 
     type: TrackerType
     """mlflow, wandb (Weights & Biases) or swanlab; each at most once."""

@@ -14,7 +14,7 @@ from .grpo import GrpoConfig, check_grpo_run
 from .model import ModelConfig, PositiveInt
 from .preference import PAIRWISE_STAGES, PreferenceConfig, Stage, check_prm_run
 from .shape_rules import first_broken
-from .tracking import TrackerConfig, check_trackers
+from .tracking import LIST_SCHEMA as TRACKER_LIST_SCHEMA, TrackerConfig, check_trackers
 
 __all__ = ["ModelConfig"]  # re-exported: ``from ascend_engine.config.train import ModelConfig`` keeps working
 
@@ -207,7 +207,7 @@ class ObservabilityConfig(EngineModel):
     """Port of rank 0's Prometheus endpoint (0 disables)."""
     tensorboardDir: Annotated[str | None, Flag("--tensorboard-dir")] = None
     """Write TensorBoard scalars here."""
-    trackers: list[TrackerConfig] = []
+    trackers: Annotated[list[TrackerConfig], Field(max_length=3, json_schema_extra=TRACKER_LIST_SCHEMA)] = []
     """Experiment trackers rank 0 logs to (MLflow, Weights & Biases, SwanLab): the metrics endpoint's series, the
     resolved config, system info and evaluation results; a restarted job continues the same tracker run."""
 
