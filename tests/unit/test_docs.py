@@ -13,8 +13,9 @@ For README.md and every docs/**/*.md page:
 * every relative link points at a file or folder that exists, and its ``#anchor`` at a heading there;
 * every ``examples/*.yaml`` is named by some page.
 
-Nothing runs: commands that need a real cluster or a device are parsed like the rest, and a block may say so with
-``<!-- needs: real cluster -->`` or ``<!-- needs: device -->``.
+Nothing runs here: test_docs_commands.py runs every shell block as written, except those marked on the line
+before their fence with ``<!-- needs: real cluster -->``, ``needs: device``, ``needs: data``, ``needs: local
+cluster`` or ``excerpt``; those are parsed like the rest.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from ascend_train.cli import build_parser as ascend_train_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-MARKERS = {"snippet", "needs: real cluster", "needs: device"}
+MARKERS = {"snippet", "needs: real cluster", "needs: device", "needs: data", "needs: local cluster", "excerpt",
+           "output"}
 SHELLS = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)\s*$")
 COMMENT = re.compile(r"^\s*<!--\s*(.*?)\s*-->\s*$")
