@@ -10,11 +10,26 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 # For the engine's processes: retry a server that is still starting, soon.
 CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "10"}
+
+
+def wait_ready(url: str, timeout: float = 180.0) -> None:
+    """Until the server answers ``/health`` (polled every 0.2 s: tighter than the client's backoff)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def importable() -> bool:

@@ -22,7 +22,7 @@ import yaml
 
 from ascend_cluster.cluster import LocalCluster
 
-from mlflow_server import CLIENT_ENV, importable, mlflow_server  # noqa: E402
+from mlflow_server import CLIENT_ENV, importable, mlflow_server, wait_ready  # noqa: E402
 from workspace import create_workspace, quickstart_job  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -85,6 +85,8 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
         create_workspace(cluster)
         resources = cluster.client()
         atj = resources.resolve("atj")
+        if tracked:
+            wait_ready(tracking_uri)  # started with the cluster; usually up by now
         resources.apply(job)
 
         def status():

@@ -26,6 +26,10 @@ SCRAPE = textwrap.dedent("""
     from ascend_engine.config.train import TrainConfig
     from ascend_engine.device import select_backend
     from ascend_engine.train.loop import Trainer
+    if len(sys.argv) > 2:  # an MLflow server still starting: wait for it here, after the imports, not in retries
+        sys.path.insert(0, sys.argv[3])
+        from mlflow_server import wait_ready
+        wait_ready(sys.argv[2])
     cfg = TrainConfig.model_validate(yaml.safe_load(open(sys.argv[1])))
     Trainer(cfg, select_backend("cpu")).run()
     port = cfg.observability.metricsPort
@@ -46,10 +50,12 @@ def expected_lr(step: int, peak: float, floor: float, warmup: int, total: int) -
 TRACKERS = importable()
 
 
-def scrape_run(path, timeout: int = 120) -> subprocess.CompletedProcess:
+def scrape_run(path, timeout: int = 180, tracking_uri: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
+    wait = [tracking_uri, str(Path(__file__).resolve().parents[1])] if tracking_uri else []
     # POD_IP: served as in a pod; no series reader, so no wait for one at exit (ASCEND_SERIES_FLUSH_SECONDS)
-    return subprocess.run([sys.executable, "-c", SCRAPE, str(path)], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-c", SCRAPE, str(path), *wait], capture_output=True, text=True,
+                          timeout=timeout,
                           env={**env, "OMP_NUM_THREADS": "1", "POD_IP": "127.0.0.1", "ASCEND_SERIES_FLUSH_SECONDS": "0",
                                "ASCEND_JOB_NAME": "observed", "WANDB_SILENT": "true", **CLIENT_ENV})
 
@@ -79,7 +85,7 @@ def observed(tmp_path_factory, mlflow_server) -> dict:
             {"type": "wandb", "project": "observability", "mode": "offline", "dir": str(tmp_path / "wb")}]
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return {"tmp": tmp_path, "cfg": cfg, "path": path, "proc": scrape_run(path)}
+    return {"tmp": tmp_path, "cfg": cfg, "path": path, "proc": scrape_run(path, tracking_uri=mlflow_server)}
 
 
 @pytest.mark.engine

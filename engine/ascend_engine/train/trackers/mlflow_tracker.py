@@ -61,8 +61,14 @@ class Run(TrackerRun):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.pending.append(self.client.log_batch(
-            self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()], synchronous=False))
+        still = []
+        for operation in self.pending:  # the batches sent before: a refused one raises here (said once, dropped)
+            if all(f.done() for f in getattr(operation, "_operation_futures", ())):
+                operation.wait()
+            else:
+                still.append(operation)
+        self.pending = still + [self.client.log_batch(
+            self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()], synchronous=False)]
 
     def close(self, status: str = "FINISHED") -> None:
         # the client's own operations, not mlflow.flush_async_logging(): that one opens the default tracking

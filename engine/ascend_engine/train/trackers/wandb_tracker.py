@@ -7,6 +7,7 @@ sync <dir>/wandb/offline-run-*`` uploads them in order into the one run.
 """
 from __future__ import annotations
 
+import os
 import secrets
 import string
 from typing import Any
@@ -25,12 +26,9 @@ class Run(TrackerRun):
         import wandb
 
         if self.dir:
-            import os
-
             os.makedirs(self.dir, exist_ok=True)
         self.run = wandb.init(project=self.cfg.project or DEFAULT_PROJECT, entity=self.cfg.entity, name=name,
                               id=run_id or new_id(), resume="allow", mode=self.cfg.mode, dir=self.dir,
-                              reinit="create_new",
                               # the pod's log keeps stdout; W&B need not capture it again
                               settings=wandb.Settings(console="off", silent=True))
         self.run.define_metric("iteration")
