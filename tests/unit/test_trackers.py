@@ -137,3 +137,31 @@ def test_where_the_run_is_tracked_reaches_status_tracking():
     # kept by every later status (restarts keep the run ids)
     assert derive([], 2, {"phase": "Running", "tracking": tracking})["tracking"] == tracking
     metrics.server.shutdown()
+
+
+def test_a_tracker_that_cannot_start_stops_the_run_and_the_others_keep_their_ids(tmp_path, monkeypatch):
+    """MLflow starts, W&B refuses: the run fails (TrackerError), MLflow's run ends FAILED, and its id is already
+    beside the checkpoints, so the restarted job continues it."""
+    from ascend_engine.config.tracking import TrackerConfig
+    from ascend_engine.train import trackers
+
+    ended = []
+
+    class Fake(trackers.TrackerRun):
+        def start(self, run_id, name, config, system):
+            if self.cfg.type == "wandb":
+                raise ConnectionError("api.wandb.ai unreachable")
+            return {"runId": run_id or "first"}
+
+        def close(self, status="FINISHED"):
+            ended.append((self.cfg.type, status))
+
+    monkeypatch.setattr(trackers, "make_run", lambda cfg, default_dir: Fake(cfg, default_dir))
+    monkeypatch.setattr(trackers, "require_packages", lambda _: None)
+    named = [TrackerConfig(type="mlflow", trackingUri="http://m"), TrackerConfig(type="wandb")]
+    with pytest.raises(TrackerError, match=r"wandb could not start its run \(ConnectionError: api.wandb.ai"):
+        trackers.open_trackers(named, str(tmp_path), {}, {})
+    assert ended == [("mlflow", "FAILED")]
+    assert [r["runId"] for r in read_runs(str(tmp_path)).values()] == ["first"]
+    opened = trackers.open_trackers(named[:1], str(tmp_path), {}, {})
+    assert opened.records == [{"tracker": "mlflow", "runId": "first", "resumed": True}]

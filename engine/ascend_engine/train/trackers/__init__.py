@@ -186,21 +186,22 @@ def open_trackers(trackers: list[TrackerConfig], save_dir: str | None, config: d
         previous = saved.get(key, {}).get("runId")
         try:
             record = run.start(previous, run_name(cfg), config, system)
-        except TrackerError:
-            raise
         except Exception as e:
+            Trackers(runs, records).close("FAILED")  # the ones already started end with this process
+            if isinstance(e, TrackerError):
+                raise
             raise TrackerError(f"observability.trackers: {cfg.type} could not start its run "
                                f"({type(e).__name__}: {e})") from e
         record = {"tracker": cfg.type, **record, "resumed": previous is not None and record["runId"] == previous}
         saved[key] = {"key": key, "tracker": cfg.type, "config": cfg.to_yaml_dict(),
                       **{k: v for k, v in record.items() if k != "resumed"}}
+        if save_dir:  # at once: a later tracker failing to start, or a crash, still continues this run next time
+            write_runs(save_dir, saved)
         runs.append(run)
         records.append(record)
         where = record.get("url") or record.get("location") or ""
         print(f"trackers: {cfg.type} run {record['runId']} {'continued' if record['resumed'] else 'started'}"
               f"{' at ' + where if where else ''}", flush=True)
-    if save_dir and trackers:
-        write_runs(save_dir, saved)
     return Trackers(runs, records)
 
 
