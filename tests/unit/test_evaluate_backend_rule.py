@@ -28,6 +28,7 @@ def test_our_names_stay_ours_and_other_names_go_to_lm_eval():
     ({"task": ["arc_easy"], "promptType": "qwen3"}, "promptType: lm-eval tasks take no preprocess template"),
     ({"task": ["mmlu"]}, "taskDataPath: our tasks read local files"),
     ({"task": ["mmlu"], "taskDataPath": ["a"], "includePath": ["/t"]}, "includePath: lm-eval task folders"),
+    ({"task": ["mmlu"], "taskDataPath": ["a"], "datasetsDir": "/d"}, "datasetsDir: hub datasets for lm-eval tasks"),
 ])
 def test_mixed_or_misplaced_settings_are_refused(spec, message):
     with pytest.raises(ValidationError, match=message):

@@ -37,6 +37,12 @@ class EvaluateConfig(EngineModel):
     """lm-eval: folders of extra task YAML files (lm-eval's ``--include_path``), such as tasks whose
     ``dataset_kwargs.data_files`` name local json/csv/parquet files. lm-eval's built-in tasks read the local
     HuggingFace datasets cache (``HF_DATASETS_CACHE``); the hub is never asked (``HF_DATASETS_OFFLINE``)."""
+    datasetsDir: Annotated[str | None, Field(min_length=1), Flag("--datasets-dir")] = None
+    """lm-eval: a folder of local copies of hub datasets under their hub names (``<datasetsDir>/cais/mmlu``,
+    ``<datasetsDir>/Rowan/hellaswag``, ``<datasetsDir>/openai/gsm8k``: what each task's ``dataset_path`` names),
+    each a folder ``datasets.load_dataset`` reads (as ``huggingface-cli download --repo-type dataset <name>
+    --local-dir <datasetsDir>/<name>`` writes it). Every task whose dataset is a hub name reads it from there; one
+    that is missing fails before the model loads. Unset: the local datasets cache (``HF_DATASETS_CACHE``)."""
     load: Annotated[str | None, Field(min_length=1), Flag("--load")] = None
     """A Megatron checkpoint directory (latest iteration) or a HuggingFace model directory (converted on the fly
     into a temporary Megatron checkpoint at the requested layout). In an AscendTrainJob's evaluation block it
@@ -132,6 +138,8 @@ class EvaluateConfig(EngineModel):
             return self
         if self.includePath is not None:
             raise ValueError("includePath: lm-eval task folders; our own tasks read taskDataPath")
+        if self.datasetsDir is not None:
+            raise ValueError("datasetsDir: hub datasets for lm-eval tasks; our own tasks read taskDataPath")
         if self.taskDataPath is None:
             raise ValueError("taskDataPath: our tasks read local files, one path per task (--task-data-path)")
         if len(self.taskDataPath) != len(self.task):

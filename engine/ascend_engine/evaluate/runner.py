@@ -94,10 +94,10 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     tasks, manager = [], None
     say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
     if cfg.uses_lm_eval:  # lm-eval's own task definitions (evaluate/harness.py): names checked here
-        from .harness import offline, task_manager
+        from .harness import offline, task_manager, use_local_datasets
 
         offline()
-        manager = task_manager(cfg)
+        manager = use_local_datasets(task_manager(cfg), cfg)
     templates = [None if t == "-" else t for t in cfg.fewShotTemplate or ["-"] * len(cfg.task)]
     for task, path, template_path in zip(cfg.task, cfg.taskDataPath or [], templates):
         questions = load_task(task, path, cfg.shot, template_path)
