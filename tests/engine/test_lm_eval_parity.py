@@ -1,7 +1,9 @@
 """lm-evaluation-harness on our engine: three tiny local lm-eval tasks (multiple choice by log-likelihood, greedy
 generation with stop sequences, rolling log-likelihood perplexity), run by lm-eval's own HF backend (``--model hf``)
 on a random tiny HF Qwen3 and by ``ascend-engine evaluate --backend lm-eval`` on its Megatron conversion, in one
-process and as two data-parallel replicas: the same answers, the same generations, the same metrics.
+process and as two data-parallel replicas: the same answers, the same generations, the same metrics. And lm-eval's
+own ``mmlu`` (the group of 57 subjects), ``hellaswag`` and ``gsm8k``, task definitions unchanged, reading tiny
+fabricated copies of their hub datasets from a local folder (``--datasets-dir``, tests/unit/lm_eval_datasets.py).
 
 The model's window is 128 positions, so the few-shot multiple-choice contexts are cut from the left, the
 perplexity texts take several rolling windows, and generation keeps the prompt's last 128 - max_gen_toks tokens:
@@ -18,9 +20,13 @@ from test_evaluate import evaluate
 from test_train_torchrun import assert_ok
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from lm_eval_datasets import write_lm_eval_datasets  # noqa: E402
 from prep_support import CORPUS, build_tokenizer, write_jsonl  # noqa: E402
 
 TASKS = ["tiny_mc", "tiny_gen", "tiny_ppl"]
+HUB_TASKS = ["mmlu", "hellaswag", "gsm8k"]  # lm-eval's own, their datasets from --datasets-dir
+GENERATIVE = {"tiny_gen", "gsm8k"}
+GEN_TOKS = 16  # gsm8k names no max_gen_toks: lm-eval's HF backend's 256 would not fit the 128-position window
 WORDS = " ".join(dict.fromkeys(CORPUS)).split()
 
 
@@ -79,13 +85,24 @@ def harness(tmp_path_factory):
     assert main(["convert", "--load-dir", str(root / "hf"), "--save-dir", str(root / "mg"),
                  "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"]) == 0
     tasks = _task_files(root)
+    write_lm_eval_datasets(root / "hub")
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    hf = HFLM(pretrained=str(root / "hf"), tokenizer=str(tok), dtype="float32", device="cpu", batch_size=1)
-    reference = lm_eval.simple_evaluate(model=hf, tasks=TASKS, task_manager=TaskManager(include_path=str(tasks), include_defaults=False),
+    from ascend_engine.evaluate.harness import LocalDatasets, offline
+
+    class HF(HFLM):
+        @property
+        def max_gen_toks(self) -> int:
+            return GEN_TOKS
+
+    offline()
+    hf = HF(pretrained=str(root / "hf"), tokenizer=str(tok), dtype="float32", device="cpu", batch_size=1)
+    manager = TaskManager(include_path=str(tasks))
+    manager._factory = LocalDatasets(str(root / "hub"))  # as --datasets-dir does
+    reference = lm_eval.simple_evaluate(model=hf, tasks=TASKS + HUB_TASKS, task_manager=manager,
                                         bootstrap_iters=0, log_samples=True)
     from lm_eval.utils import handle_non_serializable
 
@@ -96,13 +113,15 @@ def harness(tmp_path_factory):
 def _ours(harness, nproc: int) -> tuple[dict, dict[str, list[dict]]]:
     root, tok, tasks, _ = harness
     out = root / f"ours_{nproc}.json"
-    proc = evaluate("--backend", "lm-eval", "--task", *TASKS, "--include-path", str(tasks), "--load", str(root / "mg"),
+    proc = evaluate("--backend", "lm-eval", "--task", *TASKS, *HUB_TASKS, "--include-path", str(tasks),
+                    "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS), "--load", str(root / "mg"),
                     "--tokenizer-name-or-path", str(tok), "--bootstrap-iters", "0", "--evaluation-batch-size", "4",
-                    "--results-path", str(out), nproc=nproc, timeout=240)
+                    "--results-path", str(out), nproc=nproc, timeout=300)
     assert_ok(proc)
     assert "tiny_mc" in proc.stdout and "word_perplexity" in proc.stdout  # lm-eval's table
-    samples = {t: [json.loads(line) for line in (root / f"ours_{nproc}_samples_{t}.jsonl").read_text().splitlines()]
-               for t in TASKS}
+    stem = f"ours_{nproc}_samples_"
+    samples = {p.name[len(stem):-len(".jsonl")]: [json.loads(line) for line in p.read_text().splitlines()]
+               for p in root.glob(f"{stem}*.jsonl")}
     return json.loads(out.read_text()), samples
 
 
@@ -116,20 +135,23 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
     """Per document: each choice's log-likelihood (to 1e-4 relative) and is_greedy, so the same answer; the same
     greedy generation, cut at the same stop; the same rolling log-likelihood of each text. Per task: the same
     acc, acc_norm and exact_match, and word/byte perplexity and bits per byte to 1e-4 relative. lm-eval's results
-    format (results, configs, versions, n-samples) is what we write."""
+    format (results, configs, versions, n-samples) is what we write. lm-eval's mmlu (57 subjects and the group's
+    size-weighted accuracy), hellaswag (acc, acc_norm) and gsm8k (5-shot, both filters' exact_match) from the
+    local datasets folder: the same."""
     reference = harness[3]
     ours, samples = _ours(harness, nproc)
     assert {"results", "configs", "versions", "n-samples", "n-shot"} <= set(ours)
     assert ours["config"]["data_parallel"] == nproc
     worst = 0.0
-    for task in TASKS:
-        mine = sorted(samples[task], key=lambda s: s["doc_id"])
-        theirs = sorted(reference["samples"][task], key=lambda s: s["doc_id"])
+    assert set(samples) == set(reference["samples"]) and len(samples) == len(TASKS) + 57 + 2
+    for task in samples:
+        mine = sorted(samples[task], key=lambda s: (s["doc_id"], s["filter"]))
+        theirs = sorted(reference["samples"][task], key=lambda s: (s["doc_id"], s["filter"]))
         assert [s["doc_id"] for s in mine] == [s["doc_id"] for s in theirs] and mine
         for a, b in zip(mine, theirs):
             assert a["arguments"] == b["arguments"]  # the same prompts (few-shot examples, windows' text)
-            if task == "tiny_gen":
-                assert a["filtered_resps"] == b["filtered_resps"], (a["filtered_resps"], b["filtered_resps"])
+            if task in GENERATIVE:
+                assert a["resps"] == b["resps"] and a["filtered_resps"] == b["filtered_resps"], (a, b)
                 continue
             got, want = a["filtered_resps"], b["filtered_resps"]
             if task == "tiny_ppl":
@@ -138,9 +160,11 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 worst = max(worst, abs(ll - ll_hf) / max(abs(ll_hf), 1.0))
                 assert _close(ll, ll_hf), (task, a["doc_id"], ll, ll_hf)
                 assert greedy == greedy_hf
-            if task == "tiny_mc":
+            if task != "tiny_ppl":
                 assert max(range(len(got)), key=lambda k: got[k][0]) == max(range(len(want)),
                                                                              key=lambda k: want[k][0])
+    assert {"mmlu", "mmlu_stem", "hellaswag", "gsm8k"} <= set(reference["results"])
+    for task in reference["results"]:
         for metric, value in reference["results"][task].items():
             if "," not in metric or "_stderr" in metric:
                 continue
@@ -148,21 +172,26 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 assert ours["results"][task][metric] == value, (task, metric)
             else:
                 assert _close(ours["results"][task][metric], value), (task, metric, ours["results"][task][metric])
-    generated = [s["filtered_resps"][0] for s in samples["tiny_gen"]]
-    assert any(g.strip() for g in generated), generated  # parity of something, not of empty strings
+    for task in ("tiny_gen", "gsm8k"):
+        generated = [s["resps"][0][0] for s in samples[task]]
+        assert any(g.strip() for g in generated), generated  # parity of something, not of empty strings
+    assert ours["n-samples"]["gsm8k"]["effective"] == 2 and ours["n-shot"]["gsm8k"] == 5
     print(f"lm-eval parity at {nproc} process(es): worst relative log-likelihood difference {worst:.2e}")
 
 
 @pytest.mark.engine
 def test_status_carries_lm_evals_metrics(harness):
     """status.evaluation of an lm-eval run: per task lm-eval's metric values, accuracy where the task has one,
-    a perplexity task's first metric in the summary."""
+    a perplexity task's first metric in the summary; a group (mmlu) its aggregate over its subjects."""
     from ascend_engine.evaluate.report import lm_eval_summary
     from ascend_operator.api.evaluation import EvaluationStatus
 
-    summary = lm_eval_summary(harness[3], TASKS, "/ckpt", 3.0)
+    summary = lm_eval_summary(harness[3], TASKS + HUB_TASKS, "/ckpt", 3.0)
     status = EvaluationStatus.model_validate(summary)
     by_task = {t.task: t for t in status.tasks}
+    assert by_task["mmlu"].metric == "acc,none" and by_task["mmlu"].samples == 57  # the group: its subjects' docs
+    assert set(by_task["hellaswag"].metrics) == {"acc,none", "acc_norm,none"} and by_task["hellaswag"].samples == 2
+    assert set(by_task["gsm8k"].metrics) == {"exact_match,strict-match", "exact_match,flexible-extract"}
     assert by_task["tiny_mc"].metric == "acc,none" and by_task["tiny_mc"].samples == 5
     assert set(by_task["tiny_mc"].metrics) == {"acc,none", "acc_norm,none"}
     assert by_task["tiny_ppl"].accuracy is None and by_task["tiny_ppl"].metric == "word_perplexity,none"
