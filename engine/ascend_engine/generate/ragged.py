@@ -13,6 +13,7 @@ import torch
 
 from ..models.cached_rotary import CachedRotarySelfAttention
 from ..models.inference_linears import direct_linears
+from . import decode_step
 from .tokens import Generated, pick_tokens
 
 
@@ -65,14 +66,15 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
 
+    lean = decode_step.fits(gpt)
     with torch.inference_mode(), direct_linears(gpt):
-        tokens, log_probs, response_len = _decode(gpt, prompts, **kwargs)
+        tokens, log_probs, response_len = _decode(gpt, prompts, lean=lean, **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
                      response_lengths=response_len.tolist())
 
 
 def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int, total: int,
-            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device):
+            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device, lean: bool):
     from ..models.ragged_cache import RaggedKVCache
 
     b = len(prompts)
@@ -85,6 +87,7 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
     last_allowed = torch.clamp(lengths + max_new_tokens, max=total) - 1
     cache = RaggedKVCache(b, total)
     logits = _prefill(gpt, prompts, cache, vocab_size, device)
+    step = decode_step.DecodeStep(gpt, total, b) if lean else None
     active = torch.arange(b)  # original row of each cache slot
     position = lengths.clone()  # the position each active row fills next
     while True:
@@ -108,7 +111,11 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
             active, position, picked = active[keep], position[keep], picked[keep]
         position_dev = position.to(device)
         mask = cache.decode(position_dev)
-        logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache, vocab_size)
+        if step is not None:
+            logits = step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float()
+        else:
+            logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache,
+                              vocab_size)
         position = position + 1
     end = int((lengths + response_len).max())
     return tokens[:, :end], log_probs[:, :end], response_len
