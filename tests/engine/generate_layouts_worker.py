@@ -2,7 +2,8 @@
 
 For every layout it writes, from global rank 0, the tokens, log-probs and response lengths of greedy and
 sampled generation with and without the KV cache, each prompt generated alone, and (TP1 only) the
-log-softmax of a full forward over the generated sequences at the generated tokens. The test compares.
+log-softmax of a full forward over the generated sequences at the generated tokens and the top-two logit gap
+before each uncached greedy token (where a near tie lets the paths part). The test compares.
 """
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def run_layout(backend, tp: int, pp: int) -> dict:
         full = torch.zeros_like(tokens, dtype=torch.float32)
         full[:, 1:] = log_softmax[:, :-1].gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
         out["full_forward_log_probs"] = full.tolist()
+        # the reference's (uncached greedy) top-two logit gap before each token: where it is under the
+        # near-tie threshold, another layout's or path's rounding may pick the other token (tolerance parity)
+        greedy = torch.tensor(out["greedy/nocache"]["tokens"])
+        with torch.no_grad():
+            logits = gpt(greedy, torch.arange(greedy.shape[1]).unsqueeze(0).expand_as(greedy), None)
+        top2 = logits[..., :MODEL.vocabSize].float().topk(2, dim=-1).values
+        gaps = torch.full(greedy.shape, float("inf"))
+        gaps[:, 1:] = top2[:, :-1, 0] - top2[:, :-1, 1]
+        out["greedy_gaps"] = gaps.tolist()
         # learned absolute positions: each token's position id must follow it into the cache
         learned = build_gpt_model(MODEL.model_copy(update={"positionEmbeddingType": "learned_absolute"}),
                                   ParallelConfig(), 64, seed=7).eval()

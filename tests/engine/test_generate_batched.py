@@ -1,5 +1,9 @@
 """Batched generation with megatron-core's KV cache: the same tokens as without it, at TP1, TP2 and PP2.
 
+Greedy tokens are held to inference's tolerance parity (docs/performance.md, Inference): equal to the reference
+(uncached generation at TP1) except after a near tie, a step where the reference's top two logits differ by less
+than ``NEAR_TIE`` (the rows may then part; the count is printed), and log-probabilities equal up to there.
+
 One torchrun with two processes builds the same seeded tiny GPT at each layout in turn
 (``generate_layouts_worker.py``); this file checks what it wrote.
 """
@@ -19,6 +23,23 @@ from test_train_torchrun import VENV_BIN, assert_ok, free_port
 
 WORKER = Path(__file__).with_name("generate_layouts_worker.py")
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15], [16, 17, 18, 19]]
+NEAR_TIE = 1e-3
+
+
+def greedy_agreement(got: list[list[int]], ref: list[list[int]], gaps: list[list[float]]) -> list[int]:
+    """Per row, how many leading tokens ``got`` and ``ref`` share: all of them, or up to a step where the
+    reference's top-two logit gap is under ``NEAR_TIE`` (anything else fails). Prints the near ties."""
+    agree = []
+    for i, (g, r) in enumerate(zip(got, ref)):
+        n = next((k for k in range(min(len(g), len(r))) if g[k] != r[k]), None)
+        if n is None:
+            assert len(g) == len(r), (i, g, r)
+            n = len(g)
+        else:
+            assert gaps[i][n] < NEAR_TIE, f"row {i} parts from the reference at {n} without a near tie: {g} {r}"
+            print(f"row {i}: a near tie at position {n} (top-two gap {gaps[i][n]:.2e})")
+        agree.append(n)
+    return agree
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +57,14 @@ def layouts(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
 def test_cached_generation_gives_exactly_the_tokens_of_uncached_generation(layouts, layout, mode):
     cached, uncached = layouts[layout][f"{mode}/cache"], layouts[layout][f"{mode}/nocache"]
-    assert cached["tokens"] == uncached["tokens"]
+    if mode == "greedy":
+        agree = greedy_agreement(cached["tokens"], uncached["tokens"], layouts["tp1pp1"]["greedy_gaps"])
+    else:  # sampling's inverse CDF in vocabulary order: no tie to part at (``pick_tokens``)
+        assert cached["tokens"] == uncached["tokens"]
+        agree = [len(row) for row in cached["tokens"]]
     assert cached["response_lengths"] == uncached["response_lengths"] == [10] * 4
-    np.testing.assert_allclose(cached["log_probs"], uncached["log_probs"], atol=1e-5)
+    for n, got, ref in zip(agree, cached["log_probs"], uncached["log_probs"]):
+        np.testing.assert_allclose(got[:n], ref[:n], atol=1e-5, rtol=1e-4)
     for prompt, row in zip(PROMPTS, cached["tokens"]):
         assert row[:len(prompt)] == prompt
 
@@ -46,10 +72,20 @@ def test_cached_generation_gives_exactly_the_tokens_of_uncached_generation(layou
 @pytest.mark.engine
 @pytest.mark.parametrize("layout", ["tp2pp1", "tp1pp2"])
 def test_tensor_and_pipeline_parallel_generate_the_tokens_of_one_process(layouts, layout):
+    gaps = layouts["tp1pp1"]["greedy_gaps"]
     for key in ("greedy/cache", "sampled/cache"):
-        assert layouts[layout][key]["tokens"] == layouts["tp1pp1"][key]["tokens"], key
-        np.testing.assert_allclose(layouts[layout][key]["log_probs"], layouts["tp1pp1"][key]["log_probs"], atol=1e-4)
-    assert layouts[layout]["greedy/eos"]["responses"] == layouts["tp1pp1"]["greedy/eos"]["responses"]
+        got, ref = layouts[layout][key], layouts["tp1pp1"][key]
+        if key.startswith("greedy"):
+            agree = greedy_agreement(got["tokens"], layouts["tp1pp1"]["greedy/nocache"]["tokens"], gaps)
+            agree = [min(n, m) for n, m in zip(agree, greedy_agreement(ref["tokens"], layouts["tp1pp1"][
+                "greedy/nocache"]["tokens"], gaps))]
+        else:
+            assert got["tokens"] == ref["tokens"], key
+            agree = [len(row) for row in got["tokens"]]
+        for n, a, b in zip(agree, got["log_probs"], ref["log_probs"]):
+            np.testing.assert_allclose(a[:n], b[:n], atol=1e-4, rtol=1e-4)
+    eos, ref = layouts[layout]["greedy/eos"]["responses"], layouts["tp1pp1"]["greedy/eos"]["responses"]
+    greedy_agreement(eos, ref, [g[len(p):] for p, g in zip(PROMPTS, gaps)])  # responses: gaps from the prompt's end
 
 
 @pytest.mark.engine
@@ -76,7 +112,8 @@ def test_learned_absolute_positions_follow_tokens_into_the_cache(layouts):
 def test_a_batch_generates_what_each_prompt_generates_alone(layouts):
     """Prompts of different lengths share a batch without changing each other's tokens (no padding leaks)."""
     run = layouts["tp1pp1"]
-    assert run["greedy/alone"] == run["greedy/cache"]["responses"]
+    gaps = [g[len(p):] for p, g in zip(PROMPTS, run["greedy_gaps"])]
+    greedy_agreement(run["greedy/alone"], run["greedy/cache"]["responses"], gaps)
 
 
 @pytest.mark.engine

@@ -9,9 +9,10 @@ norm, MLP, residual), then the final norm and the output layer, with:
 - rotary cos/sin looked up once per step for all layers, from tables made once per generation;
 - attention of the single query as two batched products and a masked softmax (``decode_attention``), not SDPA's
   flash kernel, whose per-call set-up dominates at one query;
-- every product in the kernel the device runs a few rows by a large weight fastest with (``device.decode_linears``:
-  oneDNN on a packed copy on CPU, the plain product elsewhere); the sums may differ from megatron-core's in the
-  last bits, within the tolerance parity rule (docs/performance.md, Inference).
+- every product in the kernel the device runs a few rows by a large weight fastest with (the table of
+  ``inference_linears.packed_products``, which the model's own linears use during generation too: oneDNN on a
+  packed copy on CPU, the plain product elsewhere); the sums may differ from megatron-core's in the last bits,
+  within the tolerance parity rule (docs/performance.md, Inference).
 
 It applies where that arithmetic is all there is: one tensor-parallel rank and one pipeline stage, the local
 dense layer spec (``CachedRotarySelfAttention`` + ``SdpaDotProductAttention``, a plain ``MLP``), rotary (whole
@@ -90,7 +91,7 @@ def fits(gpt) -> bool:
 class DecodeStep:
     """Built once per generation (it holds the rotary tables up to ``length`` positions); called once per step."""
 
-    def __init__(self, gpt, length: int, rows: int):
+    def __init__(self, gpt, length: int, products: dict):
         self.gpt, self.cfg = gpt, gpt.config
         layer = gpt.decoder.layers[0].self_attention
         self.heads = layer.num_attention_heads_per_partition
@@ -102,16 +103,13 @@ class DecodeStep:
             freqs = gpt.rotary_pos_emb(length)  # [length, 1, 1, head_dim]
             freqs = freqs.reshape(freqs.shape[0], 1, freqs.shape[-1]).float()
             self.cos, self.sin = freqs.cos(), freqs.sin()  # [length, 1, head_dim]
-        from ..device import decode_linears
-
         output = gpt.output_layer
         linears = [(m.weight, m.bias) for layer in gpt.decoder.layers
                    for m in (layer.self_attention.linear_qkv, layer.self_attention.linear_proj, layer.mlp.linear_fc1,
                              layer.mlp.linear_fc2)]
         linears.append((output.weight if output.weight is not None else gpt.shared_embedding_or_output_weight(),
                         None))
-        products = decode_linears([w for w, _ in linears], rows)
-        products = [_biased(p, b) for p, (_, b) in zip(products, linears)]
+        products = [_biased(products[id(w)], b) for w, b in linears]  # ``inference_linears.packed_products``
         self.layer_products = [products[i:i + 4] for i in range(0, len(products) - 1, 4)]
         self.output_product = products[-1]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..models.cached_rotary import CachedRotarySelfAttention
-from ..models.inference_linears import direct_linears
+from ..models.inference_linears import direct_linears, packed_products
 from . import decode_step
 from .tokens import Generated, pick_tokens
 
@@ -67,14 +67,14 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
 
     lean = decode_step.fits(gpt)
-    with torch.inference_mode(), direct_linears(gpt):
-        tokens, log_probs, response_len = _decode(gpt, prompts, lean=lean, **kwargs)
+    with torch.inference_mode(), direct_linears(gpt, packed_products(gpt, len(prompts))) as products:
+        tokens, log_probs, response_len = _decode(gpt, prompts, products=products if lean else None, **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
                      response_lengths=response_len.tolist())
 
 
 def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int, total: int,
-            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device, lean: bool):
+            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device, products: dict | None):
     from ..models.ragged_cache import RaggedKVCache
 
     b = len(prompts)
@@ -87,12 +87,13 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
     last_allowed = torch.clamp(lengths + max_new_tokens, max=total) - 1
     cache = RaggedKVCache(b, total)
     logits = _prefill(gpt, prompts, cache, vocab_size, device)
-    step = decode_step.DecodeStep(gpt, total, b) if lean else None
+    step = decode_step.DecodeStep(gpt, total, products) if products is not None else None
     active = torch.arange(b)  # original row of each cache slot
     position = lengths.clone()  # the position each active row fills next
     while True:
         picked = pick_tokens(logits, sampling, None if uniform is None else uniform[active, position])
-        picked_lp = torch.log_softmax(logits, dim=-1).gather(-1, picked.unsqueeze(-1)).squeeze(-1)
+        # log-softmax at the picked token only: no [rows, vocabulary] result written per step
+        picked_lp = logits.gather(-1, picked.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         picked, picked_lp = picked.cpu(), picked_lp.cpu()
         tokens[active, position] = picked
         log_probs[active, position] = picked_lp
@@ -110,7 +111,7 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
             cache.keep_rows(keep.to(device), int(position.max()))
             active, position, picked = active[keep], position[keep], picked[keep]
         position_dev = position.to(device)
-        mask = cache.decode(position_dev)
+        mask = cache.decode(position_dev, int(position.max()) + 1)  # the length from the host copy: no sync
         if step is not None:
             logits = step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float()
         else:

@@ -37,13 +37,14 @@ class RaggedKVCache(StaticInferenceContext):
             rows, length)
         self.kv_length, self.past = start + length, start
 
-    def decode(self, positions: torch.Tensor) -> torch.Tensor:
-        """The next forward feeds one token per row of slots 0..n-1, row i at ``positions[i]``. Returns the
-        attention mask to pass to the model: [n, 1, 1, keys], True where a key lies beyond the row's position."""
+    def decode(self, positions: torch.Tensor, kv_length: int | None = None) -> torch.Tensor:
+        """The next forward feeds one token per row of slots 0..n-1, row i at ``positions[i]`` (``kv_length``:
+        their maximum + 1, if the caller knows it without reading the device). Returns the attention mask to
+        pass to the model: [n, 1, 1, keys], True where a key lies beyond the row's position."""
         self.enable_decode_mode()
         self.rows = torch.arange(len(positions), device=positions.device)
         self.positions = positions.unsqueeze(1)
-        self.kv_length = int(positions.max()) + 1
+        self.kv_length = int(positions.max()) + 1 if kv_length is None else kv_length
         keys = torch.arange(self.kv_length, device=positions.device)
         return (keys.unsqueeze(0) > positions.unsqueeze(1)).view(len(positions), 1, 1, self.kv_length)
 
