@@ -107,11 +107,11 @@ def harness(tmp_path_factory):
     from lm_eval.utils import handle_non_serializable
 
     reference = json.loads(json.dumps(reference, default=handle_non_serializable))
-    return root, tok, tasks, reference
+    return root, tok, tasks, reference, manager
 
 
 def _ours(harness, nproc: int) -> tuple[dict, dict[str, list[dict]]]:
-    root, tok, tasks, _ = harness
+    root, tok, tasks = harness[:3]
     out = root / f"ours_{nproc}.json"
     proc = evaluate("--backend", "lm-eval", "--task", *TASKS, *HUB_TASKS, "--include-path", str(tasks),
                     "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS), "--load", str(root / "mg"),
@@ -197,3 +197,25 @@ def test_status_carries_lm_evals_metrics(harness):
     assert by_task["tiny_ppl"].accuracy is None and by_task["tiny_ppl"].metric == "word_perplexity,none"
     assert "tiny_ppl:word_perplexity=" in status.summary and status.backend == "lm-eval" and status.seconds == 3.0
     assert by_task["tiny_mc"].seconds is None  # lm-eval batches all tasks together: the run has a time
+
+
+@pytest.mark.engine
+def test_a_missing_local_dataset_is_named_before_the_model_loads(harness, tmp_path):
+    """datasetsDir without one of the datasets a requested group needs: the error names the task, its hub dataset
+    and the folder looked in (checked by walking the group's members, no data read, before any model)."""
+    from ascend_engine.config.evaluate import EvaluateConfig
+    from ascend_engine.evaluate.harness import use_local_datasets
+    from ascend_engine.evaluate.questions import TaskDataError
+
+    manager = harness[4]
+    (tmp_path / "openai").mkdir()
+    (tmp_path / "openai" / "gsm8k").symlink_to(harness[0] / "hub" / "openai" / "gsm8k")
+    cfg = EvaluateConfig(task=["gsm8k", "mmlu"], backend="lm-eval", tokenizerNameOrPath=str(harness[1]),
+                         datasetsDir=str(tmp_path))
+    factory = manager._factory
+    try:
+        with pytest.raises(TaskDataError, match=r"mmlu_\w+: its dataset cais/mmlu is not in datasetsDir: no folder "
+                           + str(tmp_path / "cais" / "mmlu")):
+            use_local_datasets(manager, cfg)
+    finally:
+        manager._factory = factory

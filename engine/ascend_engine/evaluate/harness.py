@@ -214,6 +214,9 @@ def task_manager(cfg):
         manager = TaskManager(include_path=cfg.includePath, include_defaults=False)
         if all(t in manager.all_tasks for t in cfg.lm_eval_tasks):
             return manager
+    manager = _own_folders(cfg)
+    if manager is not None:
+        return manager
     manager = TaskManager(include_path=cfg.includePath)
     unknown = [t for t in cfg.lm_eval_tasks if t not in manager.all_tasks]
     if unknown:
@@ -304,6 +307,57 @@ def _check_datasets(manager, name: str, overrides: dict, seen: set) -> None:
             member = item.get("task") or item.get("group")
             _check_datasets(manager, member, {**merged, **{k: v for k, v in item.items() if k not in
                                                            ("task", "group")}}, seen)
+
+
+def _own_folders(cfg):
+    """lm-eval's task index over only the folders of its own tasks named like the requested ones
+    (``lm_eval/tasks/mmlu``, ``.../hellaswag``, ``.../gsm8k``) and ``includePath``: some 15 s less than its whole
+    index on two cores. Used only where it builds what the whole index would: every task, group and tag the
+    requested names reach is in it, and no YAML file outside those folders defines one of those tasks or groups
+    again or names one of those tags (a tag's members may live anywhere); None otherwise."""
+    import re
+
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._index import Kind
+
+    root = Path(lm_eval.tasks.__file__).parent
+    folders = [root / name for name in dict.fromkeys(cfg.lm_eval_tasks)]
+    if not all(f.is_dir() and f.parent == root for f in folders):
+        return None
+    manager = TaskManager(include_path=[*map(str, folders), *(cfg.includePath or [])], include_defaults=False)
+    reached: dict[str, object] = {}
+    pending = list(cfg.lm_eval_tasks)
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        entry = manager._index.get(name)
+        if entry is None:
+            return None
+        reached[name] = entry.kind
+        if entry.kind == Kind.TAG:
+            pending += entry.tags
+        elif entry.kind == Kind.GROUP:
+            members = manager._factory._load_full_config(entry).get("task")
+            for item in members if isinstance(members, list) else [members]:
+                member = item if isinstance(item, str) else (item or {}).get("task") or (item or {}).get("group")
+                if not isinstance(member, str):
+                    return None
+                pending.append(member)
+    defined = [n for n, kind in reached.items() if kind != Kind.TAG]
+    tags = [n for n, kind in reached.items() if kind == Kind.TAG]
+    word = r"(?<![\w./-])(?:{})(?![\w./-])"
+    definition = re.compile(r"^\s*[\"']?(?:task|group)[\"']?\s*:\s*[\"']?" + word.format(
+        "|".join(map(re.escape, defined))) + r"[\"']?\s*$", re.M) if defined else None
+    mention = re.compile(word.format("|".join(map(re.escape, tags)))) if tags else None
+    for path in root.rglob("*.yaml"):
+        if any(f in path.parents for f in folders):
+            continue
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        if (definition and definition.search(text)) or (mention and mention.search(text)):
+            return None
+    return manager
 
 
 def _version() -> str:
