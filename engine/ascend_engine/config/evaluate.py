@@ -35,8 +35,9 @@ class EvaluateConfig(EngineModel):
     folder). Not used by lm-eval tasks (their YAML names their data)."""
     includePath: Annotated[list[str] | None, Field(min_length=1), Flag("--include-path")] = None
     """lm-eval: folders of extra task YAML files (lm-eval's ``--include_path``), such as tasks whose
-    ``dataset_kwargs.data_files`` name local json/csv/parquet files. lm-eval's built-in tasks read the local
-    HuggingFace datasets cache (``HF_DATASETS_CACHE``); the hub is never asked (``HF_DATASETS_OFFLINE``)."""
+    ``dataset_kwargs.data_files`` name local json/csv/parquet files. lm-eval's built-in tasks read ``datasetsDir``
+    or the local HuggingFace datasets cache (``HF_DATASETS_CACHE``); the hub is never asked
+    (``HF_DATASETS_OFFLINE``)."""
     datasetsDir: Annotated[str | None, Field(min_length=1), Flag("--datasets-dir")] = None
     """lm-eval: a folder of local copies of hub datasets under their hub names (``<datasetsDir>/cais/mmlu``,
     ``<datasetsDir>/Rowan/hellaswag``, ``<datasetsDir>/openai/gsm8k``: what each task's ``dataset_path`` names),
