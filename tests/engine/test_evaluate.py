@@ -171,10 +171,18 @@ def test_generative_tasks_continue_as_transformers_greedy_search(random_qwen3, m
     for q, p in zip(questions[:4], got):
         ids = tokenizer(q.prompt, return_tensors="pt").input_ids
         with torch.no_grad():
-            new = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.eos_token_id)[0, ids.shape[1]:]
+            out = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.eos_token_id, output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1]:]
         text = tokenizer.decode(new[new != tokenizer.eos_token_id], skip_special_tokens=True)
-        assert p["completion"] == cut_at_stop(text, q.stop), (p, text)
+        if p["completion"] != cut_at_stop(text, q.stop):
+            # tolerance parity: our tokens may part from transformers' only after a near tie (top-two logits
+            # within 1e-3) at or before the first token whose text ours does not continue
+            parted = next((k for k in range(len(new)) if not p["completion"].startswith(
+                cut_at_stop(tokenizer.decode(new[:k + 1], skip_special_tokens=True), q.stop))), len(new) - 1)
+            gaps = [float(s[0].topk(2).values.diff().abs()) for s in out.scores[:parted + 1]]
+            assert min(gaps) < 1e-3, (p, text, gaps)
+            print(f"{q.id}: a near tie (top-two gap {min(gaps):.2e}) before ours parts from transformers")
     assert got[2]["correct"] is False and got[2]["prediction"].startswith("failed")  # random code fails its test
 
 

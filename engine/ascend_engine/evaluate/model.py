@@ -60,6 +60,19 @@ class InferenceModel:
         self.truncated = 0  # rows cut from the left to the model's positions (as lm-evaluation-harness does)
         self.shares_prefixes = direct_path_fits(gpt)  # one stage whose attention reads a RaggedKVCache
         self._prefix: tuple[tuple[int, ...], object] | None = None  # the last prefix encoded, and its cache
+        self._products = None  # the linears' packed products (``inference_linears``), made on first use
+
+    @contextmanager
+    def _direct(self):
+        """``inference_mode`` with the linears' products in the device's kernels, packed once for the whole
+        evaluation (its weights do not change)."""
+        from ..models.inference_linears import direct_linears, packed_products
+
+        with torch.inference_mode():
+            if self._products is None:
+                self._products = packed_products(self.gpt, rows=512)
+            with direct_linears(self.gpt, self._products):
+                yield
 
     def _fit(self, row: list[int], spare: int = 0) -> tuple[list[int], int]:
         """The row's last ``max_len + spare`` tokens and how many were cut from its start (``spare``: trailing
@@ -194,15 +207,20 @@ class InferenceModel:
         positions = [list(range(start - 1, len(row) - 1)) for row, start in zip(rows, starts)]
         read = [row[:-1] if len(row) > 1 else row for row in rows]
         if prefix:
-            with torch.inference_mode():
+            with self._direct():
                 logprobs = self._prefixed_logprobs(list(prefix), read, positions)
         else:
             logprobs = self._logprobs(read, positions)
-        if logprobs is not None:
-            for i, (row, start) in enumerate(zip(rows, starts)):
-                targets = torch.tensor(row[start:], device=logprobs[i].device)
-                result[i, 0] = logprobs[i].gather(-1, targets.unsqueeze(-1)).double().sum().cpu()
-                result[i, 1] = float(bool((logprobs[i].argmax(-1) == targets).all()))
+        if logprobs is not None:  # one gather and one copy to the host for the whole batch, not one per row
+            flat = torch.cat(logprobs)
+            targets = torch.tensor([t for row, start in zip(rows, starts) for t in row[start:]], device=flat.device)
+            owner = torch.tensor([i for i, (row, start) in enumerate(zip(rows, starts)) for _ in row[start:]],
+                                 device=flat.device)
+            picked = flat.gather(-1, targets.unsqueeze(-1)).squeeze(-1).double()
+            sums = torch.zeros(len(rows), dtype=torch.float64, device=flat.device).index_add_(0, owner, picked)
+            missed = torch.zeros(len(rows), dtype=torch.float64, device=flat.device).index_add_(
+                0, owner, (flat.argmax(-1) != targets).double())
+            result = torch.stack([sums, (missed == 0).double()], dim=1).cpu()
         return self._share(result)
 
     def next_token_logprobs(self, rows: list[list[int]], candidates: list[list[int]],
@@ -214,13 +232,16 @@ class InferenceModel:
         if self._unshared(prefix, rows):
             rows, prefix = [self._fit(list(prefix) + row)[0] for row in rows], ()
         if prefix:
-            with torch.inference_mode():
+            with self._direct():
                 logprobs = self._prefixed_logprobs(list(prefix), rows, [[len(row) - 1] for row in rows])
         else:
             logprobs = self._logprobs(rows, [[len(row) - 1] for row in rows])
-        if logprobs is not None:
-            for i, cands in enumerate(candidates):
-                result[i, : len(cands)] = logprobs[i][0, cands].double().cpu()
+        if logprobs is not None:  # one gather and one copy to the host for the whole batch
+            flat = torch.cat(logprobs)  # [rows, vocabulary]: one position per row
+            index = torch.tensor([c + [c[0]] * (width - len(c)) for c in candidates], device=flat.device)
+            got = flat.gather(-1, index).double().cpu()
+            present = torch.tensor([[j < len(c) for j in range(width)] for c in candidates])
+            result = torch.where(present, got, result)
         shared = self._share(result)
         return [shared[i, : len(c)].tolist() for i, c in enumerate(candidates)]
 
