@@ -110,13 +110,13 @@ def harness(tmp_path_factory):
     return root, tok, tasks, reference, manager
 
 
-def _ours(harness, nproc: int) -> tuple[dict, dict[str, list[dict]]]:
+def _ours(harness, nproc: int, hub: bool) -> tuple[dict, dict[str, list[dict]]]:
     root, tok, tasks = harness[:3]
     out = root / f"ours_{nproc}.json"
-    proc = evaluate("--backend", "lm-eval", "--task", *TASKS, *HUB_TASKS, "--include-path", str(tasks),
-                    "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS), "--load", str(root / "mg"),
-                    "--tokenizer-name-or-path", str(tok), "--bootstrap-iters", "0", "--evaluation-batch-size", "4",
-                    "--results-path", str(out), nproc=nproc, timeout=300)
+    more = [*HUB_TASKS, "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS)] if hub else []
+    proc = evaluate("--backend", "lm-eval", "--task", *TASKS, *more, "--include-path", str(tasks),
+                    "--load", str(root / "mg"), "--tokenizer-name-or-path", str(tok), "--bootstrap-iters", "0",
+                    "--evaluation-batch-size", "4", "--results-path", str(out), nproc=nproc, timeout=300)
     assert_ok(proc)
     assert "tiny_mc" in proc.stdout and "word_perplexity" in proc.stdout  # lm-eval's table
     stem = f"ours_{nproc}_samples_"
@@ -137,13 +137,16 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
     acc, acc_norm and exact_match, and word/byte perplexity and bits per byte to 1e-4 relative. lm-eval's results
     format (results, configs, versions, n-samples) is what we write. lm-eval's mmlu (57 subjects and the group's
     size-weighted accuracy), hellaswag (acc, acc_norm) and gsm8k (5-shot, both filters' exact_match) from the
-    local datasets folder: the same."""
+    local datasets folder: the same, in the data-parallel run only (it holds the sharding too; their 59 tasks'
+    reading and 240 requests cost some 40 s a launch on two cores)."""
     reference = harness[3]
-    ours, samples = _ours(harness, nproc)
+    hub = nproc == 2
+    ours, samples = _ours(harness, nproc, hub)
     assert {"results", "configs", "versions", "n-samples", "n-shot"} <= set(ours)
     assert ours["config"]["data_parallel"] == nproc
     worst = 0.0
-    assert set(samples) == set(reference["samples"]) and len(samples) == len(TASKS) + 57 + 2
+    expected = [t for t in reference["samples"] if hub or t in TASKS]
+    assert set(samples) == set(expected) and len(samples) == len(TASKS) + (57 + 2 if hub else 0)
     for task in samples:
         mine = sorted(samples[task], key=lambda s: (s["doc_id"], s["filter"]))
         theirs = sorted(reference["samples"][task], key=lambda s: (s["doc_id"], s["filter"]))
@@ -164,7 +167,7 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 assert max(range(len(got)), key=lambda k: got[k][0]) == max(range(len(want)),
                                                                              key=lambda k: want[k][0])
     assert {"mmlu", "mmlu_stem", "hellaswag", "gsm8k"} <= set(reference["results"])
-    for task in reference["results"]:
+    for task in [t for t in reference["results"] if hub or t in TASKS]:
         for metric, value in reference["results"][task].items():
             if "," not in metric or "_stderr" in metric:
                 continue
@@ -172,10 +175,11 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 assert ours["results"][task][metric] == value, (task, metric)
             else:
                 assert _close(ours["results"][task][metric], value), (task, metric, ours["results"][task][metric])
-    for task in ("tiny_gen", "gsm8k"):
+    for task in ("tiny_gen", "gsm8k") if hub else ("tiny_gen",):
         generated = [s["resps"][0][0] for s in samples[task]]
         assert any(g.strip() for g in generated), generated  # parity of something, not of empty strings
-    assert ours["n-samples"]["gsm8k"]["effective"] == 2 and ours["n-shot"]["gsm8k"] == 5
+    if hub:
+        assert ours["n-samples"]["gsm8k"]["effective"] == 2 and ours["n-shot"]["gsm8k"] == 5
     print(f"lm-eval parity at {nproc} process(es): worst relative log-likelihood difference {worst:.2e}")
 
 
