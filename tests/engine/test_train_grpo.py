@@ -157,11 +157,23 @@ def test_grpo_layouts_match_single_process(tmp_path, prompts, learning, flags):
 
     Step 1 samples from identical weights; step 2 from weights both layouts updated. Further on, the rounding
     differences of TP's split reductions (~1e-7, amplified by lr 1e-2) eventually flip a sample that sits on a
-    threshold of the sampler, so longer runs agree statistically, not token for token."""
-    ours = steps(run(tmp_path, learning_config(prompts, trainIters=2), *flags, nproc=2).stdout)
+    threshold of the sampler, so longer runs agree statistically, not token for token.
+
+    The rollout's log-probabilities (the "old" ones of the clip) come from inference's kernels, within tolerance
+    parity (~1e-6) of the training forward's, and differ in those last bits between layouts (TP1's decode step
+    against TP2's sharded products and PP2's layered loop): a token whose probability ratio sits on the clip's
+    boundary may then count on either side, so the clip fraction may differ by one token of one update."""
+    cfg = learning_config(prompts, trainIters=2)
+    ours = steps(run(tmp_path, cfg, *flags, nproc=2).stdout)
     assert len(ours) == 2
+    rows = cfg["training"]["globalBatchSize"] * cfg["grpo"]["nSamplesPerPrompt"] * cfg["grpo"]["policyUpdates"]
     for i, (a, b) in enumerate(zip(learning, ours), start=1):
         for key in ("grpo/reward_mean", "grpo/response_length", "grpo/accuracy"):  # the same rollouts
             assert a[key] == b[key], f"iteration {i} {key}: {a[key]} vs {b[key]}"
-        for key in ("lm loss", "grpo/kl", "grpo/entropy", "grpo/clip_fraction"):
+        for key in ("lm loss", "grpo/kl", "grpo/entropy"):
             np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"iteration {i} {key}")
+        one_token = 1 / (a["grpo/response_length"] * rows)
+        assert abs(b["grpo/clip_fraction"] - a["grpo/clip_fraction"]) <= one_token + 1e-6, (i, a, b)
+        if b["grpo/clip_fraction"] != a["grpo/clip_fraction"]:
+            print(f"iteration {i}: a token on the clip's boundary ({a['grpo/clip_fraction']} vs "
+                  f"{b['grpo/clip_fraction']})")
