@@ -53,9 +53,12 @@ def pick_tokens(logits: torch.Tensor, sampling: Sampling, uniform: torch.Tensor 
     if sampling.top_p is None:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
-    keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p  # always keeps the most likely token
-    kept = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+    if sampling.top_p >= 1.0:  # every token kept: no sort (GRPO's default; the sort was a tenth of a rollout)
+        kept = probs
+    else:
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+        keep = sorted_probs.cumsum(-1) - sorted_probs < sampling.top_p  # always keeps the most likely token
+        kept = probs * torch.zeros_like(keep).scatter(-1, order, keep)
     running = kept.cumsum(-1)
     threshold = uniform.to(running.device).unsqueeze(-1) * running[:, -1:]
     return (running <= threshold).sum(-1).clamp(max=probs.shape[-1] - 1)
