@@ -20,10 +20,13 @@ from megatron.core.transformer.enums import AttnMaskType
 def decode_attention(query, key, value, hidden, scale: float):
     """Attention of one query per row: ``query`` [b, groups, heads per group, dim] against ``key`` and ``value``
     [b, groups, keys, dim] under ``hidden`` [b, 1, 1, keys] (True: a key the row has not reached) ->
-    [b, groups, heads per group, dim]. Two batched products and a softmax: SDPA's fused CPU kernel costs ~10x
-    that at a single query (its per-call set-up), the arithmetic being the same up to the order of the sums."""
-    scores = torch.matmul(query * scale, key.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), value)
+    [b, groups, heads per group, dim], by SDPA (one fused call; as two batched products and a softmax it measured
+    the same on CPU, benchmarks/decode_step_levers.py, and is more launches on a GPU)."""
+    b, groups, per_group, dim = query.shape
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(b, groups * per_group, 1, dim), key, value, attn_mask=~hidden, scale=scale,
+        enable_gqa=per_group > 1)
+    return out.view(b, groups, per_group, dim)
 
 
 class SdpaDotProductAttention(DotProductAttention):
@@ -46,11 +49,6 @@ class SdpaDotProductAttention(DotProductAttention):
         sk = key.shape[0]
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [s, b, h, d] -> [b, h, s, d]
         causal, mask = False, None
-        if attention_mask is not None and sq == 1:  # a decode step against the ragged cache
-            groups = key.shape[2]
-            out = decode_attention(q.reshape(b, groups, heads // groups, -1), k, v, attention_mask,
-                                   self.softmax_scale)
-            return out.reshape(1, b, heads * out.shape[-1])  # sq is 1: [b, heads, dim] is [1, b, heads * dim]
         if attention_mask is not None:
             mask = ~attention_mask
         elif mask_type == AttnMaskType.causal and sq > 1:
