@@ -64,9 +64,10 @@ test-fast: controlplane
 # Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
 # rules, and the CRD reference in docs/.
 crds: venv
-	$(BIN)/python -m ascend_operator.api.crdgen --write crds/ --admission crds/runtime-locks.yaml
-	$(BIN)/python -m ascend_operator.api.crdgen --write charts/ascend-train-operator/crds/ \
-		--admission charts/ascend-train-operator/templates/runtime-locks.yaml
+	$(BIN)/python -m ascend_operator.api.crdgen --write crds/
+	$(BIN)/python -m ascend_operator.api.crdgen --write charts/ascend-train-operator/crds/
+	$(BIN)/python -m ascend_operator.api.runtime_locks crds/runtime-locks.yaml \
+		charts/ascend-train-operator/templates/runtime-locks.yaml
 	$(BIN)/python charts/rbac_rules.py
 	$(BIN)/python docs/crd_reference.py
 

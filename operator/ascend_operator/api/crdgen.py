@@ -173,15 +173,7 @@ def render_all() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", metavar="DIR", help="write the CRDs into DIR (otherwise print them)")
-    parser.add_argument("--admission", metavar="FILE", help="write the runtime-lock admission policies into FILE "
-                        "(a Helm template when it lies in a chart's templates/)")
     args = parser.parse_args(argv)
-    if args.admission:
-        from .runtime_locks import render_admission
-
-        path = Path(args.admission)
-        path.write_text(render_admission(helm=path.parent.name == "templates"))
-        print(f"wrote {path}")
     files = render_all()
     if not args.write:
         sys.stdout.write("---\n".join(files.values()))

@@ -15,7 +15,10 @@ blocking every job. A job whose runtime does not exist yet is admitted and fails
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from .crdgen import openapi_schema
@@ -125,3 +128,18 @@ def render_admission(helm: bool = False) -> str:
         return text
     assert "{{" not in text
     return "{{- if .Values.trainingRuntimes.lockAtApply }}\n" + text + "{{- end }}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the runtime-lock admission policies.")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="where to write them (a Helm template when it lies in a chart's templates/)")
+    for name in parser.parse_args(argv).files:
+        path = Path(name)
+        path.write_text(render_admission(helm=path.parent.name == "templates"))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
