@@ -25,8 +25,10 @@ the new ones load the checkpoint, and a worker asked with SIGTERM would try to f
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -85,7 +87,9 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, WorkerState
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
-    path = os.path.join(tempfile.mkdtemp(prefix="ascend-recovery-"), "record.json")
+    folder = tempfile.mkdtemp(prefix="ascend-recovery-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the workers are gone by the launcher's exit
+    path = os.path.join(folder, "record.json")
     os.environ[RECORD_ENV] = path
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # a fresh store per round: see worker_store
     record: dict[str, Any] = {"restarts": 0, "maxRestarts": max_restarts, "last": None, "exhausted": False,
