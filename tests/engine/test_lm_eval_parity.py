@@ -91,7 +91,7 @@ def harness(tmp_path_factory):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from ascend_engine.evaluate.harness import LocalDatasets, offline
+    from ascend_engine.evaluate.harness_tasks import LocalDatasets, offline
 
     class HF(HFLM):
         @property

@@ -93,8 +93,8 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     # Read every task before anything heavy, so bad data fails in a second.
     tasks, manager = [], None
     say("evaluate", f"reading {len(cfg.task)} task(s): {', '.join(cfg.task)}", started)
-    if cfg.uses_lm_eval:  # lm-eval's own task definitions (evaluate/harness.py): names checked here
-        from .harness import offline, task_manager, use_local_datasets
+    if cfg.uses_lm_eval:  # lm-eval's own task definitions (evaluate/harness_tasks.py): names checked here
+        from .harness_tasks import offline, task_manager, use_local_datasets
 
         offline()
         manager = use_local_datasets(task_manager(cfg), cfg)
