@@ -222,7 +222,7 @@ def test_trackers_log_the_series_and_continue_the_run_after_a_resume(observed, m
     assert [(h["iteration"], h["loss"]) for h in wb2["history"]] == [(i, pytest.approx(later[i])) for i in (7, 8)]
 
     # ascend-engine evaluate's hook: results into the same runs, at the evaluated checkpoint's iteration
-    from ascend_engine.train.trackers import log_evaluation
+    from ascend_engine.train.trackers.evaluation import log_evaluation
 
     log_evaluation(cfg["checkpoint"]["save"], {"checkpoint": cfg["checkpoint"]["save"], "tasks": [
         {"task": "mmlu", "accuracy": 0.25, "samples": 8}, {"task": "gsm8k", "metrics": {"exact_match,strict-match": 0.5}}]})

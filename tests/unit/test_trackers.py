@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from ascend_engine.config.train import TrainConfig
 from ascend_engine.telemetry import Metrics
-from ascend_engine.train.trackers import (RUNS_FILE, TrackerError, evaluation_figures, read_runs, require_packages,
-                                          status_records, write_runs)
+from ascend_engine.train.trackers import RUNS_FILE, TrackerError, read_runs, require_packages, status_records, write_runs
+from ascend_engine.train.trackers.evaluation import evaluation_figures
 from ascend_operator.api.train_job import AscendTrainJobSpec, AscendTrainJobStatus
 from ascend_operator.handlers.lifecycle import _tracking
 from ascend_operator.render import train_job as render

@@ -121,6 +121,6 @@ def report_to_termination_message(summary: dict) -> None:
         except (OSError, ValueError):
             previous = {}
     report_result({**previous, "evaluation": summary})
-    from ..train.trackers import log_evaluation
+    from ..train.trackers.evaluation import log_evaluation
 
     log_evaluation(summary.get("checkpoint"), summary)  # into the training's tracker runs, where it has some

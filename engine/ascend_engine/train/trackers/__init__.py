@@ -4,7 +4,7 @@ Rank 0 opens one run per tracker after the checkpoint is loaded, logs the series
 its status.progress names: ``loss``, ``learningRate``, ``tokensPerSecond``, ``mfu``, ``validationLoss``, the
 stage's figures) at each logged iteration, and closes the runs at the end. The resolved engine config goes in as
 the run's params / config, system info (host, device, world size, torch and megatron-core versions) as tags /
-config, and ``ascend-engine evaluate`` adds its results to the same run (``log_evaluation``).
+config, and ``ascend-engine evaluate`` adds its results to the same run (``evaluation.log_evaluation``).
 
 A restarted or resumed job continues the same runs: their ids are kept in ``ascend_trackers.json`` beside the
 checkpoints (``checkpoint.save``), keyed by the tracker's identity (type, server or project, experiment or
@@ -21,7 +21,6 @@ import importlib
 import importlib.util
 import json
 import os
-import re
 import socket
 import sys
 import tempfile
@@ -208,54 +207,3 @@ def open_trackers(trackers: list[TrackerConfig], save_dir: str | None, config: d
 def status_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What goes in status.tracking: tracker, runId, url, location (no config, nothing secret)."""
     return [{k: r[k] for k in ("tracker", "runId", "url", "location") if r.get(k)} for r in records]
-
-
-def metric_name(text: str) -> str:
-    """A name every tracker takes (MLflow allows letters, digits, ``_ - . /`` and spaces): lm-eval's
-    ``acc,none`` becomes ``acc``, ``exact_match,strict-match`` becomes ``exact_match/strict-match``."""
-    text = text.replace(",none", "").replace(",", "/")
-    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", text)
-
-
-def evaluation_figures(summary: dict[str, Any]) -> dict[str, float]:
-    """``eval/<task>/<metric>`` for every number of each task in an evaluation summary (``accuracy``,
-    ``samples``, ``seconds``, and lm-eval's ``metrics``)."""
-    out: dict[str, float] = {}
-    for task in summary.get("tasks") or []:
-        name = task.get("task") or task.get("name")
-        for metric, value in flatten({k: v for k, v in task.items() if k not in ("task", "name")}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metric = metric[len("metrics."):] if metric.startswith("metrics.") else metric
-                out[metric_name(f"eval/{name}/{metric}")] = float(value)
-    return out
-
-
-def log_evaluation(load_dir: str | None, summary: dict[str, Any]) -> None:
-    """Add an evaluation's results to the training runs recorded beside the checkpoint it evaluated (rank 0 of
-    ``ascend-engine evaluate``). Nothing when that directory has no tracker runs; a tracker that fails is said
-    on stderr, never fails the evaluation."""
-    saved = read_runs(load_dir)
-    figures = evaluation_figures(summary)
-    if not saved or not figures:
-        return
-    step = _checkpoint_iteration(load_dir)
-    for record in saved.values():
-        try:
-            cfg = TrackerConfig.model_validate(record["config"])
-            run = make_run(cfg, load_dir)
-            run.start(record["runId"], run_name(cfg), {}, {})
-            run.log_evaluation(figures, step)
-            run.close()
-            print(f"trackers: evaluation results logged to {cfg.type} run {record['runId']}", file=sys.stderr,
-                  flush=True)
-        except Exception as e:
-            print(f"trackers: could not log the evaluation to {record.get('tracker')} run {record.get('runId')} "
-                  f"({type(e).__name__}: {e})", file=sys.stderr, flush=True)
-
-
-def _checkpoint_iteration(load_dir: str | None) -> int:
-    try:
-        with open(os.path.join(load_dir or "", "latest_checkpointed_iteration.txt"), encoding="ascii") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return 0
