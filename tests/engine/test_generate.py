@@ -26,6 +26,5 @@ def test_greedy_generation_reproduces_a_memorised_sentence(memorised):
 
     cached = generate("--max-new-tokens", "12")
     assert cached.startswith(SENTENCE)
-    assert generate("--max-new-tokens", "12", "--no-kv-cache") == cached
     sampled = generate("--max-new-tokens", "4", "--top-p", "0.9", "--temperature", "0.7")
     assert sampled.startswith(SENTENCE_PROMPT) and len(sampled) > len(SENTENCE_PROMPT), sampled

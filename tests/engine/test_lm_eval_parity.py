@@ -1,7 +1,7 @@
 """lm-evaluation-harness on our engine: three tiny local lm-eval tasks (multiple choice by log-likelihood, greedy
 generation with stop sequences, rolling log-likelihood perplexity), run by lm-eval's own HF backend (``--model hf``)
-on a random tiny HF Qwen3 and by ``ascend-engine evaluate --backend lm-eval`` on its Megatron conversion, in one
-process and as two data-parallel replicas: the same answers, the same generations, the same metrics. And lm-eval's
+on a random tiny HF Qwen3 and by ``ascend-engine evaluate --backend lm-eval`` on its Megatron conversion, as two
+data-parallel replicas: the same answers, the same generations, the same metrics. And lm-eval's
 own ``mmlu`` (the group of 57 subjects), ``hellaswag`` and ``gsm8k``, task definitions unchanged, reading tiny
 fabricated copies of their hub datasets from a local folder (``--datasets-dir``, tests/unit/lm_eval_datasets.py).
 
@@ -110,10 +110,10 @@ def harness(tmp_path_factory):
     return root, tok, tasks, reference, manager
 
 
-def _ours(harness, nproc: int, hub: bool) -> tuple[dict, dict[str, list[dict]]]:
+def _ours(harness, nproc: int) -> tuple[dict, dict[str, list[dict]]]:
     root, tok, tasks = harness[:3]
     out = root / f"ours_{nproc}.json"
-    more = [*HUB_TASKS, "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS)] if hub else []
+    more = [*HUB_TASKS, "--datasets-dir", str(root / "hub"), "--max-new-tokens", str(GEN_TOKS)]
     proc = evaluate("--backend", "lm-eval", "--task", *TASKS, *more, "--include-path", str(tasks),
                     "--load", str(root / "mg"), "--tokenizer-name-or-path", str(tok), "--bootstrap-iters", "0",
                     "--evaluation-batch-size", "4", "--results-path", str(out), nproc=nproc, timeout=300)
@@ -130,23 +130,20 @@ def _close(a: float, b: float, rel: float = 1e-4) -> bool:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("nproc", [1, 2], ids=["tp1", "dp2"])
-def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
+def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness):
     """Per document: each choice's log-likelihood (to 1e-4 relative) and is_greedy, so the same answer; the same
     greedy generation, cut at the same stop; the same rolling log-likelihood of each text. Per task: the same
     acc, acc_norm and exact_match, and word/byte perplexity and bits per byte to 1e-4 relative. lm-eval's results
     format (results, configs, versions, n-samples) is what we write. lm-eval's mmlu (57 subjects and the group's
     size-weighted accuracy), hellaswag (acc, acc_norm) and gsm8k (5-shot, both filters' exact_match) from the
-    local datasets folder: the same, in the data-parallel run only (it holds the sharding too; their 59 tasks'
-    reading and 240 requests cost some 40 s a launch on two cores)."""
-    reference = harness[3]
-    hub = nproc == 2
-    ours, samples = _ours(harness, nproc, hub)
+    local datasets folder: the same. Two data-parallel processes, so each shares out the requests and gathers
+    the answers (one process was a second launch of some 40 s that showed nothing more)."""
+    reference, nproc = harness[3], 2
+    ours, samples = _ours(harness, nproc)
     assert {"results", "configs", "versions", "n-samples", "n-shot"} <= set(ours)
     assert ours["config"]["data_parallel"] == nproc
     worst = 0.0
-    expected = [t for t in reference["samples"] if hub or t in TASKS]
-    assert set(samples) == set(expected) and len(samples) == len(TASKS) + (57 + 2 if hub else 0)
+    assert set(samples) == set(reference["samples"]) and len(samples) == len(TASKS) + 57 + 2
     for task in samples:
         mine = sorted(samples[task], key=lambda s: (s["doc_id"], s["filter"]))
         theirs = sorted(reference["samples"][task], key=lambda s: (s["doc_id"], s["filter"]))
@@ -167,7 +164,7 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 assert max(range(len(got)), key=lambda k: got[k][0]) == max(range(len(want)),
                                                                              key=lambda k: want[k][0])
     assert {"mmlu", "mmlu_stem", "hellaswag", "gsm8k"} <= set(reference["results"])
-    for task in [t for t in reference["results"] if hub or t in TASKS]:
+    for task in reference["results"]:
         for metric, value in reference["results"][task].items():
             if "," not in metric or "_stderr" in metric:
                 continue
@@ -175,11 +172,10 @@ def test_lm_eval_tasks_equal_lm_evals_hf_backend(harness, nproc):
                 assert ours["results"][task][metric] == value, (task, metric)
             else:
                 assert _close(ours["results"][task][metric], value), (task, metric, ours["results"][task][metric])
-    for task in ("tiny_gen", "gsm8k") if hub else ("tiny_gen",):
+    for task in ("tiny_gen", "gsm8k"):
         generated = [s["resps"][0][0] for s in samples[task]]
         assert any(g.strip() for g in generated), generated  # parity of something, not of empty strings
-    if hub:
-        assert ours["n-samples"]["gsm8k"]["effective"] == 2 and ours["n-shot"]["gsm8k"] == 5
+    assert ours["n-samples"]["gsm8k"]["effective"] == 2 and ours["n-shot"]["gsm8k"] == 5
     print(f"lm-eval parity at {nproc} process(es): worst relative log-likelihood difference {worst:.2e}")
 
 
@@ -208,7 +204,7 @@ def test_a_missing_local_dataset_is_named_before_the_model_loads(harness, tmp_pa
     """datasetsDir without one of the datasets a requested group needs: the error names the task, its hub dataset
     and the folder looked in (checked by walking the group's members, no data read, before any model)."""
     from ascend_engine.config.evaluate import EvaluateConfig
-    from ascend_engine.evaluate.harness import use_local_datasets
+    from ascend_engine.evaluate.harness_tasks import use_local_datasets
     from ascend_engine.evaluate.questions import TaskDataError
 
     manager = harness[4]
