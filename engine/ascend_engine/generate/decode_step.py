@@ -7,8 +7,8 @@ fused QKV, rotary at each row's position, cache write, attention over the row's 
 norm, MLP, residual), then the final norm and the output layer, with:
 
 - rotary cos/sin looked up once per step for all layers, from tables made once per generation;
-- attention of the single query as two batched products and a masked softmax (``decode_attention``), not SDPA's
-  flash kernel, whose per-call set-up dominates at one query;
+- attention of the single query in one SDPA call over the row's cached keys (``decode_attention``), without the
+  module's reshapes and mask building;
 - every product in the kernel the device runs a few rows by a large weight fastest with (the table of
   ``inference_linears.packed_products``, which the model's own linears use during generation too: oneDNN on a
   packed copy on CPU, the plain product elsewhere); the sums may differ from megatron-core's in the last bits,
