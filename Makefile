@@ -3,20 +3,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# torch first, pinned: a range would pull the newest CUDA build (GBs); 2.13.0 resolves to the CPU wheel here.
+# torch first, pinned: a range lets the project's dependencies pull a newer torch (GBs more).
 TORCH_PIN ?= torch==2.13.0
+SHELL := /bin/bash
 
 .PHONY: venv controlplane tools shell demo test test-fast crds e2e-kind e2e-cluster clean
 
 venv: $(STAMP)
 
+# pip's own lines, kept in .venv/pip.log; on the terminal a line per download or every 20 packages found, and the
+# log's end when pip fails.
+PIP_LOG := $(VENV)/pip.log
+PIP_PROGRESS := awk '/^ *Downloading / { sub(/^ +/, ""); print "    " $$0; fflush() } \
+	/^Collecting / { n++; if (n % 20 == 0) { printf "    %d packages found\n", n; fflush() } } \
+	/^Installing collected packages/ { print "    installing"; fflush() }'
+PIP_FAILED := { tail -30 $(PIP_LOG); echo "pip failed (the whole log: $(PIP_LOG))"; exit 1; }
+
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (first run, or pyproject.toml changed; about 4 minutes):"
+	@echo "setting up $(VENV) (first run, or pyproject.toml changed; 4-10 minutes, the most with a cold pip cache):"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "  [1/3] pip"; $(BIN)/pip install -qq --upgrade pip
-	@echo "  [2/3] $(TORCH_PIN) (the CPU build)"; $(BIN)/pip install -qq "$(TORCH_PIN)"
+	@echo "  [2/3] $(TORCH_PIN) (a local wheel where pip finds one, else PyPI's build with its CUDA libraries)"
+	@set -o pipefail; $(BIN)/pip install --progress-bar off "$(TORCH_PIN)" 2>&1 | tee $(PIP_LOG) | $(PIP_PROGRESS) \
+		|| $(PIP_FAILED)
 	@echo "  [3/3] this project and its dependencies (megatron-core, transformers, kopf, ...; see pyproject.toml)"
-	@$(BIN)/pip install -qq -e ".[dev]"
+	@set -o pipefail; $(BIN)/pip install --progress-bar off -e ".[dev]" 2>&1 | tee -a $(PIP_LOG) | $(PIP_PROGRESS) \
+		|| $(PIP_FAILED)
 	@touch $(STAMP)
 	@echo "$(VENV) ready: put it on PATH with 'export PATH=$(CURDIR)/$(BIN):\$$PATH' or run 'make shell'"
 
