@@ -2,11 +2,11 @@
 evaluate``): each figure as ``eval/<task>/<metric>`` at the checkpoint's iteration."""
 from __future__ import annotations
 
-import os
 import re
 import sys
 from typing import Any
 
+from ...checkpoint.layout import read_latest
 from ...config.tracking import TrackerConfig
 from . import flatten, make_run, read_runs, run_name
 
@@ -55,8 +55,9 @@ def log_evaluation(load_dir: str | None, summary: dict[str, Any]) -> None:
 
 
 def _checkpoint_iteration(load_dir: str | None) -> int:
+    """The evaluated checkpoint's iteration; 0 for a release checkpoint or none."""
     try:
-        with open(os.path.join(load_dir or "", "latest_checkpointed_iteration.txt"), encoding="ascii") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
+        latest = read_latest(load_dir) if load_dir else None
+    except ValueError:
         return 0
+    return latest if isinstance(latest, int) else 0
