@@ -147,8 +147,11 @@ def _apply(name: str) -> None:
             import mindspeed.megatron_adaptor  # noqa: F401
     elif name == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    else:
-        _install_cpu_shim()
+    from .megatron_import import import_megatron_core
+
+    import_megatron_core()  # after the NPU's patches above, which must precede Megatron's first import
+    if name == "cpu":
+        _install_cpu_shim()  # patches Megatron's RNG tracker, so after the import
     _applied.add(name)
 
 

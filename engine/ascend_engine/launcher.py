@@ -8,6 +8,7 @@ the workers and, when they run out, leaves a termination report the operator rea
 """
 from __future__ import annotations
 
+import gc
 import sys
 import time
 
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     say("torchrun", "importing torch", started)
     from torch.distributed.run import main as torchrun_main
 
+    gc.freeze()  # torch's objects live as long as the process: no collection, the exit's included, walks them
     argv = sys.argv[1:] if argv is None else argv
     record = None
     if max_restarts := _max_restarts(argv):

@@ -192,8 +192,9 @@ def test_higher_priority_job_preempts_and_the_preempted_resumes_from_its_checkpo
     log = (cluster.root / "pods" / ns / "background-0-0" / "container.log").read_text()
     loaded = [int(m) for m in re.findall(r"^loaded checkpoint \S+ at iteration (\d+)$", log, re.M)]
     assert loaded and 5 <= loaded[0] < ITERS, log[-3000:]  # stopped mid-run, resumed from there
-    workload = _workload(resources, ns, "background")
-    assert _true(workload, "Finished"), workload["status"]
+    # The Workload's Finished condition follows the job's Succeeded phase in a later reconcile.
+    _wait("background's Workload not finished", lambda: (w := _workload(resources, ns, "background"))
+          and _true(w, "Finished"))
     events = _events(resources, ns, "background")
     assert sum(n for r, n in events if r == "Started") == 2 and ("Stopped", 1) in events, events
 

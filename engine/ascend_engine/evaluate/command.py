@@ -37,9 +37,6 @@ def run(args: argparse.Namespace) -> int:
     from ..telemetry import say
 
     say("evaluate", "importing torch", time.perf_counter())
-    from ..megatron_import import import_megatron_core
-
-    import_megatron_core()
     from ..checkpoint.training import CheckpointMismatch
     from ..convert.torch_file import CheckpointFileError
     from .runner import evaluate
