@@ -25,6 +25,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; without ``argv`` it is this process's own command line, and the process exits after it."""
+    exiting = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="ascend-engine", description=plain(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         code = int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
-        gc.freeze()  # the interpreter's exit skips collecting torch's and Megatron's objects (~1.5 s a process)
+        if exiting:  # the interpreter's exit then skips collecting torch's and Megatron's objects (~1.5 s)
+            gc.freeze()
         return code
     except ConfigError as e:
         print(f"ascend-engine {args.command}: invalid config:\n{e}", file=sys.stderr)

@@ -102,4 +102,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from rank_process import run_rank
+
+    run_rank(main)

@@ -124,4 +124,6 @@ def _forward_layout(root: Path, tp: int, pp: int, families: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _worker(Path(sys.argv[1]), sys.argv[2:])
+    from rank_process import run_rank
+
+    run_rank(_worker, Path(sys.argv[1]), sys.argv[2:])

@@ -234,5 +234,10 @@ def _train_worker(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    _logits_worker(Path(sys.argv[1]), sys.argv[2:])
-    _train_worker(Path(sys.argv[1]) / "train")
+    from rank_process import run_rank
+
+    def _both(root: Path, families: list[str]) -> None:
+        _logits_worker(root, families)
+        _train_worker(root / "train")
+
+    run_rank(_both, Path(sys.argv[1]), sys.argv[2:])

@@ -192,4 +192,6 @@ def _run(config: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2:])
+    from rank_process import run_rank
+
+    run_rank(_worker, sys.argv[1], sys.argv[2:])

@@ -179,4 +179,6 @@ def _worker(configs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1:])
+    from rank_process import run_rank
+
+    run_rank(_worker, sys.argv[1:])

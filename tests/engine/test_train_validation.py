@@ -87,4 +87,6 @@ def _reference(job: Path) -> None:
 
 
 if __name__ == "__main__":
-    _reference(Path(sys.argv[1]))
+    from rank_process import run_rank
+
+    run_rank(_reference, Path(sys.argv[1]))
