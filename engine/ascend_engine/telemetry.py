@@ -25,7 +25,8 @@ GOODPUT_METRICS = {f"ascend_goodput_{snake}": field for snake, field in (
     ("process_start_time", "processStartTime"), ("joined_time", "joinedTime"), ("built_time", "builtTime"),
     ("loaded_time", "loadedTime"), ("first_step_time", "firstStepTime"), ("caught_up_time", "caughtUpTime"),
     ("failed_time", "failedTime"), ("detected_time", "detectedTime"), ("stopped_time", "stoppedTime"),
-    ("loaded_iteration", "loadedIteration"), ("productive_seconds", "productiveSeconds"),
+    ("loaded_iteration", "loadedIteration"), ("prior_high_water_iteration", "priorHighWaterIteration"),
+    ("productive_seconds", "productiveSeconds"),
     ("in_place_restarts", "inPlaceRestarts"))}
 # Metric name -> status.progress field. The operator imports this table, so the two never drift.
 METRIC_NAMES = {

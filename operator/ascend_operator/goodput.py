@@ -111,8 +111,13 @@ def _fill(status: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
         if figures.get(end) is not None and start is not None:
             parts[part] = round(max(0.0, figures[end] - start), 2)
     if "loadedIteration" in figures:
+        # The engine's own record (written at each logged step, beside the checkpoints) is exact where the
+        # operator's reading is not: it saw the old process every few seconds, and an in-place restart only once
+        # the new process answered, perhaps already past its checkpoint.
+        if "priorHighWaterIteration" in figures:
+            last["highWaterIteration"] = figures["priorHighWaterIteration"]
         last["fromIteration"] = figures["loadedIteration"]
-        last["lostIterations"] = max(0, last.get("highWaterIteration", 0) - figures["loadedIteration"])
+        last["lostIterations"] = max(0, last["highWaterIteration"] - figures["loadedIteration"])
     if figures.get("caughtUpTime") and figures.get("firstStepTime"):
         parts["retrain"] = round(max(0.0, figures["caughtUpTime"] - figures["firstStepTime"]), 2)
         last["totalSeconds"] = round(figures["caughtUpTime"] - (detected - parts["detection"]), 2)

@@ -99,7 +99,11 @@ def test_a_killed_worker_recovers_in_place_then_falls_through_to_replace_with_th
         parts = r["seconds"]
         assert set(parts) == {"detection", "stopping", "podStart", "rendezvous", "checkpointLoad", "retrain"}, r
         assert all(v >= 0 for v in parts.values()) and abs(sum(parts.values()) - r["totalSeconds"]) < 0.5, r
-        assert r["fromIteration"] % 5 == 0 and r["lostIterations"] >= 1, r
+        assert r["fromIteration"] % 5 == 0, r
+    # the steps trained again, by the status, are the steps rank 0 logged twice (those after the operator's last
+    # reading of the old process included: the engine's record beside the checkpoints holds them)
+    assert sum(r["lostIterations"] for r in final["recoveries"]) == sum(len(v) - 1 for v in losses.values()), \
+        (final["recoveries"], losses)
     assert final["recoveries"][0]["seconds"]["podStart"] < 5  # in place: no pod to schedule
     g = final["goodput"]
     assert abs(g["productiveSeconds"] + g["recoverySeconds"] + g["otherSeconds"] - g["wallSeconds"]) < 0.05, g

@@ -69,3 +69,25 @@ def test_productive_seconds_carry_over_a_process_that_could_not_keep_them():
     assert status["goodput"]["productiveSeconds"] == 45.0
     status = goodput.fold({**status, "progress": {"processStartTime": T0 + 60, "productiveSeconds": 9.0}}, T0 + 75)
     assert status["goodput"]["productiveSeconds"] == 49.0
+
+
+def test_steps_trained_after_the_operators_last_reading_count_as_lost():
+    """The operator read iteration 23 before the pod failed; the engine's own record beside the checkpoints says
+    the old process reached 26: resumed from 20, six steps are trained again, not three."""
+    status = goodput.begin(_started(progress={"iteration": 23}), "Replace", "PodFailed", "pod j-1-0 failed", T0 + 100)
+    status = goodput.old_pods_gone(status, T0 + 105.0)
+    new_process = {"processStartTime": T0 + 110.0, "joinedTime": T0 + 115.0, "firstStepTime": T0 + 117.0,
+                   "loadedIteration": 20, "priorHighWaterIteration": 26}
+    entry = goodput.fold({**status, "progress": {"iteration": 21, **new_process}}, T0 + 118)["recoveries"][-1]
+    assert entry["highWaterIteration"] == 26 and entry["fromIteration"] == 20 and entry["lostIterations"] == 6
+
+
+def test_an_in_place_restart_first_read_past_its_checkpoint_counts_the_old_processs_steps():
+    """The operator first reads the restarted process at iteration 27; the old one reached 19 and the new one
+    resumed from 15: four steps trained again, not twelve."""
+    status = _started(progress={"iteration": 18}, goodput={"inPlaceRestarts": 0, "highWaterIteration": 18})
+    figures = {"inPlaceRestarts": 1, "failedTime": T0 + 50.0, "processStartTime": T0 + 50.7,
+               "joinedTime": T0 + 60.7, "firstStepTime": T0 + 62.0, "loadedIteration": 15,
+               "priorHighWaterIteration": 19}
+    entry = goodput.fold({**status, "progress": {"iteration": 27, **figures}}, T0 + 70)["recoveries"][-1]
+    assert entry["level"] == "InPlace" and entry["highWaterIteration"] == 19 and entry["lostIterations"] == 4

@@ -51,6 +51,7 @@ class GoodputClock:
         self.path = os.path.join(save_dir, PROGRESS_FILE) if save_dir else None
         saved = self._read()
         self.high_water = int(saved.get("highWaterIteration", 0))
+        self.prior_high_water = self.high_water  # what earlier processes reached: steps below it are trained again
         self.productive_before = float(saved.get("productiveSeconds", 0.0))
         self.productive = 0.0
         self.marks: dict[str, float] = {"processStart": process_start()}
@@ -110,6 +111,8 @@ class GoodputClock:
         """Gauges (``telemetry.GOODPUT_METRICS``): marks as unix seconds, counts, the run's productive seconds."""
         out = {f"{name}Time": at for name, at in self.marks.items()}
         out["loadedIteration"] = self.loaded_iteration
+        if self.path:  # the record beside the checkpoints: what the earlier processes reached, exactly
+            out["priorHighWaterIteration"] = self.prior_high_water
         out["productiveSeconds"] = self.productive_before + self.productive
         last = [r.get("last") or {} for r in self.agents]
         if restarts := self.in_place_restarts:

@@ -45,7 +45,8 @@ class Recovery(KubeModel):
     time: str
     """When the recovery began (RFC 3339)."""
     highWaterIteration: int | None = None
-    """The highest iteration reached before the failure."""
+    """The highest iteration reached before the failure: the engine's own record of it (written at each logged
+    step beside the checkpoints) once the next process reports it, else the operator's last reading."""
     fromIteration: int | None = None
     """The checkpoint iteration training resumed from."""
     lostIterations: int | None = None
