@@ -62,9 +62,29 @@ def old_pods_gone(status: dict[str, Any], at: float) -> dict[str, Any]:
     return status
 
 
+_PARTS = ("detection", "stopping", "podStart", "rendezvous", "checkpointLoad", "retrain")
+
+
+def _failed_at(recovery: dict[str, Any]) -> float:
+    return seconds_of(recovery["time"]) - recovery["seconds"].get("detection", 0.0)
+
+
 def _append(status: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     kept = [dict(r) for r in status.get("recoveries") or []]
+    if kept and kept[-1].get("totalSeconds") is None:
+        kept[-1] = _interrupted(kept[-1], _failed_at(entry))
     return {**status, "recoveries": (kept + [entry])[-MAX_RECOVERIES:]}
+
+
+def _interrupted(recovery: dict[str, Any], failed: float) -> dict[str, Any]:
+    """A recovery the next failure cut short ends there: the part it was in gets the rest of its time, so its
+    parts still add up to its total (and the job's recovery seconds do not count the overlap twice)."""
+    parts = dict(recovery["seconds"])
+    total = round(max(0.0, failed - _failed_at(recovery)), 2)
+    current = next((p for p in _PARTS if p not in parts), None)
+    if current is not None:
+        parts[current] = round(max(0.0, total - sum(parts.values())), 2)
+    return {**recovery, "seconds": parts, "totalSeconds": total}
 
 
 def fold(status: dict[str, Any], at: float) -> dict[str, Any]:
@@ -145,8 +165,7 @@ def _totals(status: dict[str, Any], goodput: dict[str, Any], at: float) -> dict[
     wall = max(0.0, end - seconds_of(start))
     recovery = 0.0
     for r in status.get("recoveries") or []:
-        failed = seconds_of(r["time"]) - r["seconds"].get("detection", 0.0)
-        recovery += r["totalSeconds"] if r.get("totalSeconds") is not None else max(0.0, end - failed)
+        recovery += r["totalSeconds"] if r.get("totalSeconds") is not None else max(0.0, end - _failed_at(r))
     productive = goodput.get("productiveSeconds", 0.0)
     return {**goodput, "wallSeconds": round(wall, 2), "recoverySeconds": round(recovery, 2),
             "productiveSeconds": round(productive, 2), "otherSeconds": round(wall - productive - recovery, 2),

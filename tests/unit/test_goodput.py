@@ -91,3 +91,23 @@ def test_an_in_place_restart_first_read_past_its_checkpoint_counts_the_old_proce
                "priorHighWaterIteration": 19}
     entry = goodput.fold({**status, "progress": {"iteration": 27, **figures}}, T0 + 70)["recoveries"][-1]
     assert entry["level"] == "InPlace" and entry["highWaterIteration"] == 19 and entry["lostIterations"] == 4
+
+
+def test_a_recovery_cut_short_by_the_next_failure_ends_at_it_and_is_not_counted_twice():
+    """An in-place restart had loaded its checkpoint and was training its lost steps again when the next failure
+    came: it ends at that failure, its retrain part taking the rest, and the job's recovery seconds are the two
+    recoveries back to back, not overlapping."""
+    status = _started(progress={"iteration": 25}, goodput={"inPlaceRestarts": 0, "highWaterIteration": 25})
+    figures = {"inPlaceRestarts": 1, "failedTime": T0 + 50.0, "detectedTime": T0 + 51.0, "stoppedTime": T0 + 53.0,
+               "processStartTime": T0 + 54.0, "joinedTime": T0 + 70.0, "firstStepTime": T0 + 73.0,
+               "loadedIteration": 20}
+    status = goodput.fold({**status, "progress": {"iteration": 23, **figures}}, T0 + 75)
+    assert status["recoveries"][0].get("totalSeconds") is None  # still training its lost steps again
+    failed_pod = {"status": {"containerStatuses": [{"state": {"terminated": {"finishedAt": stamp(T0 + 80)}}}]}}
+    status = goodput.begin(status, "Replace", "InPlaceRecoveryExhausted", "pod j-1-0 failed", T0 + 81.0,
+                           [failed_pod])
+    first = status["recoveries"][0]
+    assert first["totalSeconds"] == 30.0 and first["seconds"]["retrain"] == 7.0
+    assert abs(sum(first["seconds"].values()) - first["totalSeconds"]) < 1e-6
+    g = goodput.fold(status, T0 + 90)["goodput"]
+    assert g["recoverySeconds"] == 30.0 + 10.0  # the open Replace: from its failure (T0 + 80) to now

@@ -54,7 +54,8 @@ class Recovery(KubeModel):
     seconds: RecoveryParts = RecoveryParts()
     """Its parts."""
     totalSeconds: float | None = None
-    """From the failure until training was past its earlier high-water mark again."""
+    """From the failure until training was past its earlier high-water mark again, or, when the next failure
+    came first, until that failure (the part it was in gets the rest, so the parts still add up)."""
 
 
 class Goodput(KubeModel):
