@@ -1,0 +1,86 @@
+"""A decode step's products against this core's physical limits: what is left for issue 38's generation goal.
+
+A decode step of the generation benchmark's model (16 rows, hidden 512, ffn 2048 by SwiGLU, 8 layers, vocab 32000, fp32)
+multiplies 16 rows by every weight once: 200 MB of weights read from memory each step (they do not fit in the last-level cache),
+2 x 16 FLOP per weight read. This script times each product shape the step runs, with its weight cold (a rotating
+set of copies larger than the last-level cache, as in a real step) and hot (the same copy again), by the plain
+product (MKL) and by the packed oneDNN kernel the engine uses (``device.packed_linears``), next to the two limits
+measured in the same run: the core's peak on a large square product and its streaming read bandwidth. Rounds
+interleave every variant; medians and spread are printed.
+
+    .venv/bin/python benchmarks/decode_products_limit.py [--rounds 3 --threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+ROWS = 16
+SHAPES = {"qkv 512->1536": (512, 1536), "proj 512->512": (512, 512), "fc1 512->4096": (512, 4096),
+          "fc2 2048->512": (2048, 512), "output 512->32000": (512, 32000)}
+COLD_BYTES = 96 << 20  # three times a 32 MiB last-level cache
+
+
+def timed(fn, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    results: dict[str, list[float]] = {}
+
+    def record(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    square = torch.randn(2048, 2048)
+    stream = torch.randn(100_000_000)  # 400 MB
+    variants = {}
+    for label, (k, n) in SHAPES.items():
+        copies = max(2, COLD_BYTES // (k * n * 4) + 1)
+        weights = [torch.randn(n, k) for _ in range(copies)]
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, ROWS) for w in weights]
+        variants[label] = (k, n, weights, packed)
+    x = {k: torch.randn(ROWS, k) for k, _ in SHAPES.values()}
+    with torch.inference_mode():
+        for round_ in range(args.rounds):
+            record("peak GFLOP/s (2048^3 product)", 2 * 2048 ** 3 / timed(lambda: square @ square, 3) / 1e9)
+            record("stream read GB/s (sum of 400 MB)", 0.4 / timed(stream.sum, 2))
+            for label, (k, n, weights, packed) in variants.items():
+                flop, inputs = 2 * ROWS * k * n, x[k]
+                for kernel, run in (("MKL", lambda w: torch.nn.functional.linear(inputs, w)),
+                                    ("oneDNN packed", lambda w: torch.ops.mkldnn._linear_pointwise(
+                                        inputs, w, None, "none", [], ""))):
+                    ws = weights if kernel == "MKL" else packed
+                    turn = iter(range(10 ** 9))
+                    cold = timed(lambda: run(ws[next(turn) % len(ws)]), 3 * len(ws))
+                    hot = timed(lambda: run(ws[0]), 3 * len(ws))
+                    record(f"{label:18s} {kernel:13s} cold GFLOP/s", flop / cold / 1e9)
+                    record(f"{label:18s} {kernel:13s} hot  GFLOP/s", flop / hot / 1e9)
+                    if kernel == "oneDNN packed":
+                        record(f"{label:18s} {kernel:13s} cold GB/s of weights", k * n * 4 / cold / 1e9)
+            print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+    for name, values in results.items():
+        print(f"{name:52s} {statistics.median(values):7.1f}  (min {min(values):.1f}, max {max(values):.1f})")
+    peak = statistics.median(results["peak GFLOP/s (2048^3 product)"])
+    step = sum((2 * ROWS * k * n) / (statistics.median(results[f"{label:18s} oneDNN packed cold GFLOP/s"]) * 1e9)
+               for label, (k, n) in SHAPES.items() if label.startswith(("qkv", "proj", "fc1", "fc2"))) * 8
+    step += 2 * ROWS * 512 * 32000 / (statistics.median(results[f"{'output 512->32000':18s} oneDNN packed cold GFLOP/s"]) * 1e9)
+    ideal = sum(2 * ROWS * k * n for label, (k, n) in SHAPES.items() if not label.startswith("output")) * 8
+    ideal = (ideal + 2 * ROWS * 512 * 32000) / (peak * 1e9)
+    print(f"one decode step's products: {step * 1e3:.1f} ms with the packed kernel on cold weights, "
+          f"{ideal * 1e3:.1f} ms at the core's peak ({step / ideal:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
