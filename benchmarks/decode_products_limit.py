@@ -1,12 +1,12 @@
 """A decode step's products against this core's physical limits: what is left for issue 38's generation goal.
 
-A decode step of the generation benchmark's model (16 rows, hidden 512, ffn 2048 by SwiGLU, 8 layers, vocab 32000, fp32)
-multiplies 16 rows by every weight once: 200 MB of weights read from memory each step (they do not fit in the last-level cache),
-2 x 16 FLOP per weight read. This script times each product shape the step runs, with its weight cold (a rotating
-set of copies larger than the last-level cache, as in a real step) and hot (the same copy again), by the plain
-product (MKL) and by the packed oneDNN kernel the engine uses (``device.packed_linears``), next to the two limits
-measured in the same run: the core's peak on a large square product and its streaming read bandwidth. Rounds
-interleave every variant; medians and spread are printed.
+A decode step of the generation benchmark's model (16 rows, hidden 512, ffn 2048 by SwiGLU, 8 layers, vocab
+32000, fp32) multiplies 16 rows by every weight once: 200 MB of weights read from memory each step (they do not
+fit in the last-level cache), 2 x 16 FLOP per weight read. This script times each product shape the step runs,
+with its weight cold (a rotating set of copies larger than the last-level cache, as in a real step) and hot (the
+same copy again), by the plain product (MKL) and by the packed oneDNN kernel the engine uses
+(``device.packed_linears``), next to the two limits measured in the same run: the core's peak on a large square
+product and its streaming read bandwidth. Rounds interleave every variant; medians and spread are printed.
 
     .venv/bin/python benchmarks/decode_products_limit.py [--rounds 3 --threads 1]
 """
@@ -73,11 +73,12 @@ def main() -> None:
     for name, values in results.items():
         print(f"{name:52s} {statistics.median(values):7.1f}  (min {min(values):.1f}, max {max(values):.1f})")
     peak = statistics.median(results["peak GFLOP/s (2048^3 product)"])
-    step = sum((2 * ROWS * k * n) / (statistics.median(results[f"{label:18s} oneDNN packed cold GFLOP/s"]) * 1e9)
-               for label, (k, n) in SHAPES.items() if label.startswith(("qkv", "proj", "fc1", "fc2"))) * 8
-    step += 2 * ROWS * 512 * 32000 / (statistics.median(results[f"{'output 512->32000':18s} oneDNN packed cold GFLOP/s"]) * 1e9)
-    ideal = sum(2 * ROWS * k * n for label, (k, n) in SHAPES.items() if not label.startswith("output")) * 8
-    ideal = (ideal + 2 * ROWS * 512 * 32000) / (peak * 1e9)
+    gflop = {label: 2 * ROWS * k * n / 1e9 for label, (k, n) in SHAPES.items()}  # GFLOP of one product
+    per_layer = [label for label in SHAPES if not label.startswith("output")]
+    flop = 8 * sum(gflop[label] for label in per_layer) + gflop["output 512->32000"]
+    step = sum(gflop[label] / statistics.median(results[f"{label:18s} oneDNN packed cold GFLOP/s"]) *
+               (8 if label in per_layer else 1) for label in SHAPES)
+    ideal = flop / peak
     print(f"one decode step's products: {step * 1e3:.1f} ms with the packed kernel on cold weights, "
           f"{ideal * 1e3:.1f} ms at the core's peak ({step / ideal:.2f}x)")
 

@@ -83,9 +83,9 @@ def test_a_killed_worker_recovers_in_place_then_falls_through_to_replace_with_th
         recovered = wait("no in-place recovery", lambda s: s.get("recoveries"), 120)
         assert recovered["recoveries"][0]["level"] == "InPlace", recovered["recoveries"]
         assert recovered.get("restarts", 0) == 0 and pod_uids() == before  # no pod replaced
-        # the operator has seen the restarted process take its first step after the checkpoint, and that process has trained
-        # past its earlier high-water mark, so the second kill's lost steps are its own (the in-place recovery
-        # then ends at the second failure if the operator has not read its catching up yet)
+        # the operator has seen the restarted process take its first step after the checkpoint, and that process
+        # has trained past its earlier high-water mark, so the second kill's lost steps are its own (the in-place
+        # recovery then ends at the second failure if the operator has not read its catching up yet)
         wait("not caught up", lambda s: (s.get("goodput") or {}).get("inPlaceRestarts") == 1 and
              "checkpointLoad" in (s.get("recoveries") or [{}])[0].get("seconds", {}) and
              _past_high_water(cluster, "inplace-0-0"), 200)
