@@ -14,7 +14,7 @@ from typing import Any
 
 from ascend_engine.telemetry import GOODPUT_METRICS
 
-from .api.recovery import MAX_RECOVERIES
+from .api.recovery import MAX_RECOVERIES, RecoveryParts
 
 _FIGURES = set(GOODPUT_METRICS.values())
 
@@ -62,7 +62,7 @@ def old_pods_gone(status: dict[str, Any], at: float) -> dict[str, Any]:
     return status
 
 
-_PARTS = ("detection", "stopping", "podStart", "rendezvous", "checkpointLoad", "retrain")
+_PARTS = tuple(RecoveryParts.model_fields)  # in the order they happen
 
 
 def _failed_at(recovery: dict[str, Any]) -> float:
@@ -140,7 +140,7 @@ def _fill(status: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
         last["lostIterations"] = max(0, last["highWaterIteration"] - figures["loadedIteration"])
     if figures.get("caughtUpTime") and figures.get("firstStepTime"):
         parts["retrain"] = round(max(0.0, figures["caughtUpTime"] - figures["firstStepTime"]), 2)
-        last["totalSeconds"] = round(figures["caughtUpTime"] - (detected - parts["detection"]), 2)
+        last["totalSeconds"] = round(figures["caughtUpTime"] - _failed_at(last), 2)
     last["seconds"] = parts
     return {**status, "recoveries": recoveries}
 
