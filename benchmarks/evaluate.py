@@ -9,8 +9,9 @@ A random Qwen3-shaped HF model is saved, converted to a Megatron checkpoint with
 four options and the answer cue) is ``--question-tokens`` tokens (+-25%), and so is each few-shot example.
 The peer is ``transformers`` at its best settings without prefix caching (its normal evaluation path): sdpa
 attention, ``inference_mode``, prompts sorted by length and batched, left-padded with an attention mask and
-position ids, logits only for the last position (``logits_to_keep=1``). Its log-likelihoods are checked equal to
-ours (1e-4) before timing. ``--shots 5 0`` runs a few-shot and a zero-shot block in one invocation.
+position ids, logits only for the last position (``logits_to_keep=1``), its questions tokenized in one batched
+call (both sides' times include tokenizing). Its log-likelihoods are checked equal to ours (1e-4) before timing.
+``--shots 5 0`` runs a few-shot and a zero-shot block in one invocation.
 
 With ``--generate N`` each random prompt of ``--prompt-tokens`` is continued greedily by exactly N tokens (no
 end-of-sequence) through ``generate_answers``'s model call; the first batch's tokens must agree with
@@ -120,11 +121,13 @@ from evaluate import peer_scores
 from ascend_engine.evaluate.tasks import load_task
 torch.set_num_threads(int(sys.argv[4]) or torch.get_num_threads())
 tok = AutoTokenizer.from_pretrained(sys.argv[1])
-hf = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa").eval()
+device = torch.device(sys.argv[6])
+hf = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa")
+hf = hf.eval().to(device)
 questions = load_task("mmlu", sys.argv[2], int(sys.argv[3]))
-rows = [tok(q.context)["input_ids"] for q in questions]
+rows = tok([q.context for q in questions])["input_ids"]
 letters = [tok(questions[0].context + o)["input_ids"][-1] for o in questions[0].options]
-scores = peer_scores(hf, rows, letters, 16, torch.device("cpu"))
+scores = peer_scores(hf, rows, letters, int(sys.argv[7]), device)
 right = sum(max(range(4), key=s.__getitem__) == q.gold for s, q in zip(scores, questions))
 print(f"accuracy {right / len(questions):.4f}")
 """
@@ -228,20 +231,21 @@ def main() -> None:
             data = write_mmlu(work / f"mmlu{shot}", args.questions, args.subjects, shot, args.question_tokens,
                               words)
             questions = load_task("mmlu", str(data), shot)
-            rows = [prompter.encode_choice(q.context, q.options[0])[0] for q in questions]
-            letters = [prompter.encode_choice(questions[0].context, o)[1][0] for o in questions[0].options]
+            letters = [c[0] for _, c in prompter.encode_choices([(questions[0].context, o)
+                                                                 for o in questions[0].options])]
 
             def score_ours(questions=questions):
                 ours._prefix = None  # every round encodes its prefixes anew
                 return [s for _, s in score_choices(ours, prompter, questions, b, Quiet())]
 
-            def score_hf(rows=rows):
+            def score_hf(questions=questions):  # tokenizing counted, as in ours: one batched call
+                rows = tokenizer([q.context for q in questions])["input_ids"]
                 return peer_scores(hf, rows, letters, b, device)
 
             worst = max(abs(x - y) for a, c in zip(score_ours(), score_hf()) for x, y in zip(a, c))
             assert worst <= 1e-4, f"our option log-likelihoods differ from transformers' by {worst}"
             rates = interleave({"ours": score_ours, "transformers": score_hf}, args.rounds, len(questions))
-            mean = statistics.mean(map(len, rows))
+            mean = statistics.mean(len(ids) for ids in tokenizer([q.context for q in questions])["input_ids"])
             report(f"{len(questions)} questions in {args.subjects} subjects, {shot}-shot, prompts of {mean:.0f} "
                    f"tokens on average (questions and examples ~{args.question_tokens} tokens +-25%), choice "
                    f"scoring; {machine}; log-likelihoods equal to {worst:.1e}; load average "
@@ -263,7 +267,8 @@ def whole_process(args, work: Path, words: int, machine: str) -> None:
                 "--task-data-path", str(data), "--load", str(work / "mg"), "--tokenizer-name-or-path",
                 str(work / "hf"), "--shot", str(shot), "--evaluation-batch-size", str(args.batch),
                 "--results-path", str(work / "results.json")]
-        peer = [sys.executable, "-c", PEER_SCRIPT, str(work / "hf"), str(data), str(shot), str(args.threads), here]
+        peer = [sys.executable, "-c", PEER_SCRIPT, str(work / "hf"), str(data), str(shot), str(args.threads), here,
+                args.device, str(args.batch)]
 
         def run(cmd):
             def go():

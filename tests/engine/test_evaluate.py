@@ -98,15 +98,14 @@ def test_option_likelihoods_equal_transformers_log_probs(random_qwen3):
     worst = 0.0
     for q, p in zip(questions, got):
         expected = []
-        for option in q.options:
-            ctx, cont = prompter.encode_choice(q.context, option)
+        for ctx, cont in prompter.encode_choices([(q.context, option) for option in q.options]):
             with torch.no_grad():
                 logprobs = torch.log_softmax(hf(torch.tensor([ctx + cont])).logits[0].double(), -1)
             expected.append(sum(float(logprobs[len(ctx) - 1 + j, t]) for j, t in enumerate(cont)))
         worst = max(worst, max(abs(a - b) for a, b in zip(p["scores"], expected)))
         assert p["prediction"] == q.options[max(range(len(expected)), key=expected.__getitem__)].strip()
     assert worst <= 1e-4, worst
-    assert any(len(prompter.encode_choice(q.context, q.options[0])[1]) > 1 for q in questions)  # both paths ran
+    assert any(len(prompter.encode_choices([(q.context, q.options[0])])[0][1]) > 1 for q in questions)  # both paths ran
 
 
 # The single-process and the DP2 run of the generative tasks also score MMLU: the one-process MMLU scores are the

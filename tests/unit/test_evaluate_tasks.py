@@ -176,5 +176,26 @@ def test_hf_chat_template_wraps_the_question_as_a_user_turn():
     expected = tokenizer.apply_chat_template([{"role": "user", "content": "Which? Answer:"}], tokenize=True,
                                              add_generation_prompt=True, return_dict=True)["input_ids"]
     assert prompter.encode("Which? Answer:") == expected
-    ctx, option = prompter.encode_choice("Which? Answer:", " B")
+    [(ctx, option)] = prompter.encode_choices([("Which? Answer:", " B")])
     assert ctx == expected and tokenizer.decode(option) == "B"
+
+
+def test_choice_encoding_splits_at_the_boundary_or_encodes_the_option_alone():
+    """Options are read as the tokenizer reads context + option where it splits at the boundary; where the two
+    merge into another token, the option's own tokens follow the context (lm-evaluation-harness's rule). One
+    batched call per kind of text gives each pair what a call per text gives."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from ascend_engine.evaluate.scoring import Prompter
+    from ascend_engine.prep.templates import load_template
+
+    words = "<unk> Answer : w1 w2 B C 2".split()
+    model = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="<unk>")
+    pairs = [("Answer : w1", " B"), ("Answer : w1", "2"), ("w2 Answer :", " C"), ("Answer : w1", " C")]
+    got = Prompter(tokenizer, load_template("empty", None)).encode_choices(pairs)
+    ids = {w: i for i, w in enumerate(words)}
+    assert got == [([1, 2, 3], [5]), ([1, 2, 3], [7]), ([4, 1, 2], [6]), ([1, 2, 3], [6])]
+    assert tokenizer("Answer : w12")["input_ids"][-1] == ids["<unk>"]  # why the second pair falls back

@@ -44,17 +44,33 @@ class Prompter:
         text = text if rendered else self.render(text)
         return self.tokenizer(text, add_special_tokens=not self.hf_chat_template)["input_ids"]
 
-    def encode_choice(self, context: str, option: str) -> tuple[list[int], list[int]]:
-        """(context ids, option ids) such that their concatenation is how the tokenizer reads the whole text
-        where it splits at the boundary (lm-evaluation-harness's way), else the option on its own."""
-        context = self.render(context)
-        if not self.plain:
-            option = option.lstrip()
-        ctx = self.encode(context, rendered=True)
-        whole = self.encode(context + option, rendered=True)
-        if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
-            return ctx, whole[len(ctx):]
-        return ctx, self.tokenizer(option, add_special_tokens=False)["input_ids"]
+    def encode_many(self, texts: list[str], rendered: bool = False) -> list[list[int]]:
+        """``encode`` of every text, in one call of the tokenizer (a fast tokenizer encodes the batch in Rust)."""
+        texts = texts if rendered else [self.render(t) for t in texts]
+        return self.tokenizer(texts, add_special_tokens=not self.hf_chat_template)["input_ids"] if texts else []
+
+    def encode_choices(self, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """(context ids, option ids) per (context, option), such that their concatenation is how the tokenizer
+        reads the whole text where it splits at the boundary (lm-evaluation-harness's way), else the option on its
+        own. Each distinct context is encoded once, and all texts in a few batched tokenizer calls (a question's
+        context is shared by its options: one call per text was most of a 0-shot evaluation's host time)."""
+        contexts = list(dict.fromkeys(self.render(c) for c, _ in pairs))
+        context_ids = dict(zip(contexts, self.encode_many(contexts, rendered=True)))
+        texts = [(self.render(c), o if self.plain else o.lstrip()) for c, o in pairs]
+        wholes = self.encode_many([c + o for c, o in texts], rendered=True)
+        encoded, alone = [], []
+        for k, ((context, option), whole) in enumerate(zip(texts, wholes)):
+            ctx = context_ids[context]
+            if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
+                encoded.append((ctx, whole[len(ctx):]))
+            else:
+                encoded.append((ctx, None))
+                alone.append(k)
+        if alone:
+            options = self.tokenizer([texts[k][1] for k in alone], add_special_tokens=False)["input_ids"]
+            for k, ids in zip(alone, options):
+                encoded[k] = (encoded[k][0], ids)
+        return encoded
 
 
 def _batches(items: list, size: int):
@@ -85,7 +101,8 @@ def score_choices(model, prompter: Prompter, questions: list[ChoiceQuestion], ba
     Where the model can reuse a prefix's keys and values (``model.shares_prefixes``), each subject's questions
     are scored together after the tokens their contexts all start with (the task's instruction and few-shot
     examples): that prefix is encoded once per subject and each row computes only its own tail."""
-    encoded = [[prompter.encode_choice(q.context, o) for o in q.options] for q in questions]
+    flat = iter(prompter.encode_choices([(q.context, o) for q in questions for o in q.options]))
+    encoded = [[next(flat) for _ in q.options] for q in questions]
     single = [len({tuple(c) for _, c in enc}) == len(enc) and all(len(c) == 1 for _, c in enc) for enc in encoded]
     scores: list[list[float] | None] = [None] * len(questions)
     groups: dict[str, list[int]] = {}
@@ -129,7 +146,7 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
     its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
     generating once its text holds one); returned in the questions' order."""
     tok = prompter.tokenizer
-    prompts = [prompter.encode(q.prompt) for q in questions]
+    prompts = prompter.encode_many([q.prompt for q in questions])
     out: list[str] = [""] * len(questions)
     for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
 
