@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The engine's figures on one CUDA GPU, in one pass: the training step against a bare megatron-core loop, MFU of a
-# ~1B-parameter bf16 run, a conversion against a plain copy, and generation and 0-shot scoring against
-# transformers. Every step is bounded and independent (a failing one is reported and the rest still run); the log
-# goes to $OUT (or a temporary folder) and ends with one summary line per step.
+# ~1B-parameter bf16 run, a conversion against a plain copy, and generation and 0-shot scoring (in process and
+# whole processes) against transformers. Every step is bounded and independent (a failing one is reported and the
+# rest still run); the log goes to $OUT (or a temporary folder) and ends with one summary line per step.
 #
 #   bash benchmarks/cuda_figures.sh            # on a machine with a GPU, torch and megatron-core importable
 #   ONLY="train_step mfu" bash benchmarks/cuda_figures.sh    # some of the steps
@@ -43,6 +43,8 @@ step mfu 150 python3 -m ascend_engine train --device cuda --mock-data --precisio
 step generate 120 python3 benchmarks/generate.py --device cuda --layers 8 --hidden 512 --vocab 32000 \
     --batch 16 --prompt 200 --spread 0.25 --new-tokens 128 --no-uncached
 step evaluate 120 python3 benchmarks/evaluate.py --device cuda --questions 256 --shots 0 --batch 16
+step evaluate_process 150 python3 benchmarks/evaluate.py --device cuda --whole-process --questions 256 --shots 0 \
+    --batch 16
 step checkpoint_save 90 python3 benchmarks/checkpoint_save.py --device cuda --hidden-size 1024 --num-layers 8 \
     --rounds 3
 step grpo 150 python3 benchmarks/grpo_step.py --device cuda --blocks 3 --steps 4 --hidden-size 512 --num-layers 8

@@ -103,8 +103,9 @@ def packed_linears(weights: list[torch.Tensor], rows: int) -> list:
     On CPU that is oneDNN's matrix product on a copy of the weight packed once for it (what inductor's frozen
     CPU linears call): at a decode step's 16 rows by a [32000, 512] output layer 1.5-1.9x MKL's sgemm, either
     way round, and 10-20% faster on a prefill's hundreds of rows, on this project's AMD EPYC (AVX2); its sums
-    differ from sgemm's in the last bits (within inference's tolerance parity). Elsewhere, or when the packed copies would exceed ``_PACKED_DECODE_BYTES``, the plain product
-    (cuBLAS and the NPU's matmul pick their own kernel for the shape)."""
+    differ from sgemm's in the last bits (within inference's tolerance parity). Elsewhere, or when the packed
+    copies would exceed ``_PACKED_DECODE_BYTES``, the plain product (cuBLAS and the NPU's matmul pick their own
+    kernel for the shape)."""
     packable = (all(w.device.type == "cpu" and w.dtype == torch.float32 for w in weights)
                 and torch.backends.mkldnn.is_available()
                 and sum(w.numel() * w.element_size() for w in weights) <= _PACKED_DECODE_BYTES)
@@ -120,6 +121,53 @@ def _plain_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _packed_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+def step_graphs(device: torch.device):
+    """Captured graphs of a fixed-shape step where the device replays captured kernel launches (CUDA graphs):
+    a decode step of a small model is a few hundred kernels of microseconds each, so the host issuing them one
+    by one is what bounds it on a GPU, and a replay issues the whole step at once. ``None`` elsewhere: a CPU
+    runs the kernels itself and has no launches to save; an NPU's graph capture (torch_npu's) is not wired
+    here. Calling the result as ``graphs(fn, *tensors)`` runs ``fn(*tensors)``; see ``_CudaStepGraphs``."""
+    return _CudaStepGraphs() if device.type == "cuda" else None
+
+
+class _CudaStepGraphs:
+    """One CUDA graph per shape of the inputs, captured at the first call with that shape and replayed after.
+
+    ``fn`` must read nothing but its tensor arguments and buffers that outlive the graphs (a KV cache, the
+    weights), issue no host synchronisation, and give the same result when run twice on the same inputs (a
+    capture runs it twice first, on a side stream, to let lazy initialisation happen outside the graph; a decode
+    step writing each row's new key at that row's position is such a function). Each call copies its inputs into
+    the graph's own input buffers and returns the graph's output tensor, which the next call of the same shape
+    overwrites."""
+
+    def __init__(self):
+        self._graphs: dict[tuple, tuple] = {}
+
+    def __call__(self, fn, *inputs: torch.Tensor) -> torch.Tensor:
+        key = tuple((t.shape, t.dtype) for t in inputs)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(fn, inputs)
+        graph, buffers, output = self._graphs[key]
+        for buffer, value in zip(buffers, inputs):
+            buffer.copy_(value)
+        graph.replay()
+        return output
+
+    @staticmethod
+    def _capture(fn, inputs: tuple[torch.Tensor, ...]):
+        buffers = [t.clone() for t in inputs]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn(*buffers)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            output = fn(*buffers)
+        return graph, buffers, output
 
 
 def applied_backend() -> str | None:

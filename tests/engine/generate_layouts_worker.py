@@ -1,7 +1,8 @@
 """Run under torchrun with 2 processes: batched generation of one seeded tiny GPT at TP1 (x DP2), TP2 and PP2.
 
 For every layout it writes, from global rank 0, the tokens, log-probs and response lengths of greedy and
-sampled generation with and without the KV cache, each prompt generated alone, and (TP1 only) the
+sampled generation with and without the KV cache, each prompt generated alone, and (TP1 only) the decode loop
+of captured graphs (run eagerly), the
 log-softmax of a full forward over the generated sequences at the generated tokens and the top-two logit gap
 before each uncached greedy token (where a near tie lets the paths part). The test compares.
 """
@@ -76,6 +77,17 @@ def run_layout(backend, tp: int, pp: int) -> dict:
         gaps = torch.full(greedy.shape, float("inf"))
         gaps[:, 1:] = top2[:, :-1, 0] - top2[:, :-1, 1]
         out["greedy_gaps"] = gaps.tolist()
+        # the decode loop a GPU takes with captured graphs (``ragged._replayed``: power-of-two slots, attention over
+        # the whole cache), each "graph" run eagerly here: the arithmetic and the slots, not the capture
+        from unittest import mock
+
+        import ascend_engine.device
+
+        with mock.patch.object(ascend_engine.device, "step_graphs", lambda device: lambda fn, *inputs: fn(*inputs)):
+            for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(top_p=0.95, temperature=1.3))):
+                out[f"graph path/{name}"] = gen(PROMPTS, sampling, True)
+            out["graph path/eos"] = generate_batch(gpt, PROMPTS, max_new_tokens=10, eos_id=eos,
+                                                   vocab_size=MODEL.vocabSize, max_length=64).responses()
         # learned absolute positions: each token's position id must follow it into the cache
         learned = build_gpt_model(MODEL.model_copy(update={"positionEmbeddingType": "learned_absolute"}),
                                   ParallelConfig(), 64, seed=7).eval()

@@ -106,6 +106,23 @@ def test_sampling_differs_from_greedy_and_log_probs_equal_a_full_forward(layouts
 
 
 @pytest.mark.engine
+def test_the_captured_graphs_decode_loop_generates_the_tokens_of_the_eager_one(layouts):
+    """On CUDA the decode step replays captured graphs of fixed shapes: power-of-two slots (dead ones fed a dummy
+    token) attending over the whole cache. That loop, each graph run eagerly on the CPU, generates the eager
+    loop's tokens and log-probabilities, also when a row stops early and the slots outnumber the rows."""
+    run = layouts["tp1pp1"]
+    gaps = run["greedy_gaps"]
+    agree = greedy_agreement(run["graph path/greedy"]["tokens"], run["greedy/cache"]["tokens"], gaps)
+    assert run["graph path/sampled"]["tokens"] == run["sampled/cache"]["tokens"]
+    for mode, lengths in (("greedy", agree), ("sampled", [len(row) for row in run["sampled/cache"]["tokens"]])):
+        for n, got, ref in zip(lengths, run[f"graph path/{mode}"]["log_probs"], run[f"{mode}/cache"]["log_probs"]):
+            np.testing.assert_allclose(got[:n], ref[:n], atol=1e-5, rtol=1e-4)
+    assert len(run["greedy/eos"]["responses"][1]) == 3  # then 3 rows run on in 4 slots
+    greedy_agreement(run["graph path/eos"], run["greedy/eos"]["responses"],
+                     [g[len(p):] for p, g in zip(PROMPTS, gaps)])
+
+
+@pytest.mark.engine
 def test_learned_absolute_positions_follow_tokens_into_the_cache(layouts):
     run = layouts["tp1pp1"]
     assert run["learned/cache"] == run["learned/nocache"]

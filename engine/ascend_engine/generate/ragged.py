@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import device as devices
 from ..models.cached_rotary import CachedRotarySelfAttention
 from ..models.inference_linears import direct_linears, packed_products
 from . import decode_step
@@ -62,6 +63,22 @@ def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device) -> t
     return logits
 
 
+def _replayed(graphs, step, cache, picked: torch.Tensor, position: torch.Tensor, device) -> torch.Tensor:
+    """The decode step's logits [n, padded vocabulary] from a captured graph (``device.step_graphs``).
+
+    A graph's shapes are fixed, so it attends over the whole cache (the keys no row has reached masked), and it
+    runs a power-of-two number of slots (at most the cache's): the rows that finished leave the batch as
+    before, and the slots past the last active one run a dummy token at position 0 whose result nobody reads
+    (those slots' cache rows are dead after ``keep_rows``). A generation captures a few graphs (16 rows: 16, 8,
+    4, 2, 1), not one per count of active rows."""
+    n = len(picked)
+    slots = min(1 << (n - 1).bit_length(), cache.max_batch_size)
+    tokens = torch.cat([picked, picked.new_zeros(slots - n)]).to(device)
+    positions = torch.cat([position, position.new_zeros(slots - n)]).to(device)
+    mask = cache.decode(positions, cache.max_sequence_length)
+    return graphs(lambda *inputs: step(*inputs, cache), tokens, positions, mask)[:n]
+
+
 def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
@@ -88,6 +105,7 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
     cache = RaggedKVCache(b, total)
     logits = _prefill(gpt, prompts, cache, vocab_size, device)
     step = decode_step.DecodeStep(gpt, total, products) if products is not None else None
+    graphs = devices.step_graphs(device) if step is not None else None  # CUDA's captured decode steps
     active = torch.arange(b)  # original row of each cache slot
     position = lengths.clone()  # the position each active row fills next
     while True:
@@ -110,13 +128,16 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
             keep = (~stop).nonzero().squeeze(1)
             cache.keep_rows(keep.to(device), int(position.max()))
             active, position, picked = active[keep], position[keep], picked[keep]
-        position_dev = position.to(device)
-        mask = cache.decode(position_dev, int(position.max()) + 1)  # the length from the host copy: no sync
-        if step is not None:
-            logits = step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float()
+        if graphs is not None:
+            logits = _replayed(graphs, step, cache, picked, position, device)[:, :vocab_size].float()
         else:
-            logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache,
-                              vocab_size)
+            position_dev = position.to(device)
+            mask = cache.decode(position_dev, int(position.max()) + 1)  # the length from the host copy: no sync
+            if step is not None:
+                logits = step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float()
+            else:
+                logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache,
+                                  vocab_size)
         position = position + 1
     end = int((lengths + response_len).max())
     return tokens[:, :end], log_probs[:, :end], response_len
