@@ -1,4 +1,4 @@
-"""``torch.compile`` of the lean decode step (``generate/decode_step.py``) against the eager step, in one process,
+"""``torch.compile`` of the lean decode step (``generate/lean_forward.py``) against the eager step, in one process,
 alternating: CPU ms per step, the first compiled call's CPU seconds, and the logits' largest relative difference.
 
 Shapes: ``grpo`` (benchmarks/grpo_step.py's model: hidden 256, 4 layers, vocab 1000, 32 rows at ~96 keys) or
@@ -25,7 +25,7 @@ a = (argparse.Namespace(layers=4, hidden=256, vocab=1000, batch=32, prompt=32, s
      argparse.Namespace(layers=8, hidden=512, vocab=32000, batch=16, prompt=200, spread=0.25, new_tokens=32,
                         device="cpu"))
 gpt, model, max_len, device = G.build(a)
-from ascend_engine.generate import decode_step, ragged  # noqa: E402
+from ascend_engine.generate import lean_forward, ragged  # noqa: E402
 from ascend_engine.models.inference_linears import direct_linears, packed_products  # noqa: E402
 from ascend_engine.models.ragged_cache import RaggedKVCache  # noqa: E402
 
@@ -39,9 +39,9 @@ plain = {k: functools.partial(torch.nn.functional.linear, weight=weights[k]) for
 with torch.inference_mode():
     cache = RaggedKVCache(a.batch, max_len)
     with direct_linears(gpt, onednn):
-        logits = ragged._prefill(gpt, prompts, cache, a.vocab, device)
+        logits = ragged._prefill(gpt, prompts, cache, a.vocab, device, None)
     picked, base = logits.argmax(-1), torch.tensor(lengths)
-    eager, eager_plain = decode_step.DecodeStep(gpt, max_len, onednn), decode_step.DecodeStep(gpt, max_len, plain)
+    eager, eager_plain = lean_forward.LeanForward(gpt, max_len, onednn), lean_forward.LeanForward(gpt, max_len, plain)
     # inductor traces plain products (it cannot trace the packed oneDNN weights); dynamic: keys grow every step
     compiled = torch.compile(eager_plain.__call__, dynamic=True)
 

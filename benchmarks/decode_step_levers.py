@@ -1,6 +1,6 @@
 """Issue 38's decode-step levers, each alone, in one process, alternating: CPU ms per decode step of the
 generation benchmark's model (8 layers, hidden 512, vocab 32000, 16 rows at ~270 keys, fp32, 1 thread), through
-megatron-core's modules or ``generate/decode_step.py``, attention by SDPA or by two batched products, MKL
+megatron-core's modules or ``generate/lean_forward.py``, attention by SDPA or by two batched products, MKL
 (``x @ W^T``), weight-major (``(W @ x^T)^T``) or oneDNN-packed products; and each variant's logits against the
 path before issue 38.
 
@@ -20,7 +20,7 @@ torch.set_num_threads(1)
 a = argparse.Namespace(layers=8, hidden=512, vocab=32000, batch=16, prompt=200, spread=0.25, new_tokens=32,
                        device="cpu")
 gpt, model, max_len, device = G.build(a)
-from ascend_engine.generate import decode_step, ragged
+from ascend_engine.generate import lean_forward, ragged
 from ascend_engine.models import sdpa_attention
 from ascend_engine.models.ragged_cache import RaggedKVCache
 from ascend_engine.models.inference_linears import direct_linears, packed_products
@@ -32,26 +32,28 @@ onednn = packed_products(gpt, 16)
 weights = {id(p): p for p in gpt.parameters()}
 mkl = {k: functools.partial(torch.nn.functional.linear, weight=weights[k]) for k in onednn}
 wmaj = {k: (lambda x, w=v.keywords["weight"]: torch.matmul(w, x.t()).t()) for k, v in mkl.items()}
-real_da = sdpa_attention.decode_attention
+real_da = sdpa_attention.cached_attention
 def products_da(q, k, v, hidden, scale):  # two batched products and a masked softmax instead of SDPA
+    b, heads, s, dim = q.shape  # s == 1: a group's queries side by side against its keys
+    q = q.reshape(b, k.shape[1], heads // k.shape[1], dim)
     scores = torch.matmul(q * scale, k.transpose(-1, -2)).masked_fill_(hidden, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    return torch.matmul(torch.softmax(scores, dim=-1), v).view(b, heads, s, dim)
 with torch.inference_mode():
     cache = RaggedKVCache(16, max_len)
     with direct_linears(gpt, onednn):
-        logits = ragged._prefill(gpt, prompts, cache, a.vocab, device)
+        logits = ragged._prefill(gpt, prompts, cache, a.vocab, device, None)
     picked = logits.argmax(-1); pos = torch.tensor(lengths) + 20; mask = cache.decode(pos)
     def model(products, da):
         def f():
-            sdpa_attention.decode_attention = da
+            sdpa_attention.cached_attention = da
             with direct_linears(gpt, products):
                 return gpt(picked.unsqueeze(1), pos.unsqueeze(1), mask, inference_context=cache,
                            runtime_gather_output=True)[:, -1]
         return f
     def lean(products, da=real_da):
-        step = decode_step.DecodeStep(gpt, max_len, products)
+        step = lean_forward.LeanForward(gpt, max_len, products)
         def f():
-            sdpa_attention.decode_attention = decode_step.decode_attention = da
+            sdpa_attention.cached_attention = lean_forward.cached_attention = da
             return step(picked, pos, mask, cache)
         return f
     fns = {"model, MKL (before)": model({}, real_da), "model, oneDNN": model(onednn, real_da),

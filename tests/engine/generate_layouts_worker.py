@@ -34,13 +34,13 @@ def run_layout(backend, tp: int, pp: int) -> dict:
     gpt = build_gpt_model(MODEL, ParallelConfig(tensorModelParallelSize=tp, pipelineModelParallelSize=pp), 64,
                           seed=7)
     gpt.eval()
-    from ascend_engine.generate import decode_step
+    from ascend_engine.generate import lean_forward
 
     # the lean decode step takes TP1 at one stage only, and no model whose modules carry hooks (LoRA adapters)
     hook = gpt.decoder.layers[0].mlp.linear_fc1.register_forward_hook(lambda *_: None)
-    out = {"lean step, hooked": decode_step.fits(gpt)}
+    out = {"lean step, hooked": lean_forward.fits(gpt)}
     hook.remove()
-    out["lean step"] = decode_step.fits(gpt)
+    out["lean step"] = lean_forward.fits(gpt)
 
     def gen(prompts, sampling, cache, max_new=10):
         g = generate_batch(gpt, prompts, max_new_tokens=max_new, eos_id=EOS, vocab_size=MODEL.vocabSize,

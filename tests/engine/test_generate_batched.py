@@ -72,7 +72,7 @@ def test_cached_generation_gives_exactly_the_tokens_of_uncached_generation(layou
 @pytest.mark.engine
 @pytest.mark.parametrize("layout", ["tp2pp1", "tp1pp2"])
 def test_tensor_and_pipeline_parallel_generate_the_tokens_of_one_process(layouts, layout):
-    """TP1 decodes with the lean step (``generate/decode_step.py``); TP2 and PP2, and a model with hooks, fall back
+    """TP1 decodes with the lean step (``generate/lean_forward.py``); TP2 and PP2, and a model with hooks, fall back
     to the model's own forward, and all of them generate the same tokens."""
     assert layouts["tp1pp1"]["lean step"] and not layouts[layout]["lean step"]
     assert not layouts["tp1pp1"]["lean step, hooked"]

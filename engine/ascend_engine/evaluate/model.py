@@ -61,6 +61,7 @@ class InferenceModel:
         self.shares_prefixes = direct_path_fits(gpt)  # one stage whose attention reads a RaggedKVCache
         self._prefix: tuple[tuple[int, ...], object] | None = None  # the last prefix encoded, and its cache
         self._products = None  # the linears' packed products (``inference_linears``), made on first use
+        self._lean = None  # ``LeanForward`` for the prefix and the rows after it, where it fits, made on first use
 
     @contextmanager
     def _direct(self):
@@ -68,9 +69,13 @@ class InferenceModel:
         evaluation (its weights do not change)."""
         from ..models.inference_linears import direct_linears, packed_products
 
+        from ..generate import lean_forward
+
         with torch.inference_mode():
             if self._products is None:
                 self._products = packed_products(self.gpt, rows=512)
+                if lean_forward.fits(self.gpt):
+                    self._lean = lean_forward.LeanForward(self.gpt, self.max_len + 1, self._products)
             with direct_linears(self.gpt, self._products):
                 yield
 
@@ -135,11 +140,14 @@ class InferenceModel:
                 return cache
         cache = RaggedKVCache(rows, len(prefix) + width)
         cache.materialize_only_last_token_logits = False  # ``_read_only`` picks the positions read
-        cache.prefill(torch.zeros(1, dtype=torch.long, device=self.device), len(prefix))
+        mask = cache.prefill(torch.zeros(1, dtype=torch.long, device=self.device), len(prefix))
         ids = torch.tensor([prefix], device=self.device)
         last = torch.tensor([len(prefix) - 1], device=self.device)
-        with _read_only(self.gpt, last, torch.zeros_like(last)):  # no logits of the prefix are read
-            self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
+        if self._lean is not None:
+            self._lean(ids, cache.positions, mask, cache, read=(torch.zeros_like(last), last))
+        else:
+            with _read_only(self.gpt, last, torch.zeros_like(last)):  # no logits of the prefix are read
+                self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
         if rows > 1:
             cache.copy_rows(torch.zeros(rows - 1, dtype=torch.long, device=self.device),
                             torch.arange(1, rows, device=self.device), len(prefix))
@@ -149,7 +157,9 @@ class InferenceModel:
     def _prefixed_logprobs(self, prefix: list[int], rows: list[list[int]], positions: list[list[int]]):
         """``_logprobs`` of rows that continue ``prefix`` (positions counted within each row): the prefix's keys
         and values come from ``_prefix_cache`` and only the rows' own tokens are computed, right-padded, at
-        positions after the prefix. Every rank of the (single-stage) group holds the result."""
+        positions after the prefix, by ``LeanForward`` where it fits (a dense model at TP1: no module calls, which
+        a GPU's host otherwise spends most of a batch on), else by the model. Every rank of the (single-stage)
+        group holds the result."""
         width = max(len(r) for r in rows)
         cache = self._prefix_cache(prefix, len(rows), width)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -158,10 +168,13 @@ class InferenceModel:
         ids = ids.to(self.device)
         row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=self.device)
         pos_index = torch.tensor([q for p in positions for q in p], device=self.device)
-        cache.extend(len(rows), len(prefix), width, self.device)
-        with _read_only(self.gpt, pos_index, row_index) as selected:
-            logits = self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
-        logits = logits[0] if selected else logits[row_index, pos_index]
+        mask = cache.extend(len(rows), len(prefix), width, self.device)
+        if self._lean is not None:
+            logits = self._lean(ids, cache.positions, mask, cache, read=(row_index, pos_index))
+        else:
+            with _read_only(self.gpt, pos_index, row_index) as selected:
+                logits = self.gpt(ids, cache.positions, None, inference_context=cache, runtime_gather_output=True)
+            logits = logits[0] if selected else logits[row_index, pos_index]
         normalised = torch.log_softmax(logits[:, : self.vocab_size].float(), dim=-1)
         return list(normalised.split([len(p) for p in positions]))
 

@@ -14,7 +14,7 @@ import torch
 from .. import device as devices
 from ..models.cached_rotary import CachedRotarySelfAttention
 from ..models.inference_linears import direct_linears, packed_products
-from . import decode_step
+from . import lean_forward
 from .tokens import Generated, pick_tokens
 
 
@@ -37,9 +37,9 @@ def _forward(gpt, ids: torch.Tensor, positions: torch.Tensor, mask, cache, vocab
     return logits[:, -1, :vocab_size].float()
 
 
-def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device) -> torch.Tensor:
-    """Encode every distinct prompt once (those of one length in one forward), copy its cache to the rows that
-    repeat it; the logits [b, V] after each row's prompt."""
+def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device, step) -> torch.Tensor:
+    """Encode every distinct prompt once (those of one length in one forward, ``step``'s if given), copy its cache
+    to the rows that repeat it; the logits [b, V] after each row's prompt."""
     first: dict[tuple, int] = {}
     source = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
     by_length: dict[int, list[int]] = {}
@@ -48,9 +48,12 @@ def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device) -> t
     logits = None
     for length, rows in by_length.items():
         slots = torch.tensor(rows, device=device)
-        cache.prefill(slots, length)
+        mask = cache.prefill(slots, length)
         ids = torch.tensor([prompts[i] for i in rows], device=device)
-        got = _forward(gpt, ids, cache.positions, None, cache, vocab_size)
+        if step is not None:
+            got = step(ids, cache.positions, mask, cache)[:, :vocab_size].float()
+        else:
+            got = _forward(gpt, ids, cache.positions, None, cache, vocab_size)
         if logits is None:
             logits = got.new_empty(len(prompts), got.shape[1])
         logits[slots] = got
@@ -83,7 +86,7 @@ def generate_direct(gpt, prompts: list[list[int]], **kwargs):
     """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
 
-    lean = decode_step.fits(gpt)
+    lean = lean_forward.fits(gpt)
     with torch.inference_mode(), direct_linears(gpt, packed_products(gpt, len(prompts))) as products:
         tokens, log_probs, response_len = _decode(gpt, prompts, products=products if lean else None, **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
@@ -103,8 +106,8 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
     response_len = torch.zeros(b, dtype=torch.long)
     last_allowed = torch.clamp(lengths + max_new_tokens, max=total) - 1
     cache = RaggedKVCache(b, total)
-    logits = _prefill(gpt, prompts, cache, vocab_size, device)
-    step = decode_step.DecodeStep(gpt, total, products) if products is not None else None
+    step = lean_forward.LeanForward(gpt, total, products) if products is not None else None
+    logits = _prefill(gpt, prompts, cache, vocab_size, device, step)
     graphs = devices.step_graphs(device) if step is not None else None  # CUDA's captured decode steps
     active = torch.arange(b)  # original row of each cache slot
     position = lengths.clone()  # the position each active row fills next

@@ -20,22 +20,32 @@ class RaggedKVCache(StaticInferenceContext):
         self.rows = self.positions = None
         self.kv_length = self.past = 0
 
-    def prefill(self, rows: torch.Tensor, length: int) -> None:
-        """The next forward encodes prompts of ``length`` tokens from position 0 into the cache slots ``rows``."""
+    def prefill(self, rows: torch.Tensor, length: int) -> torch.Tensor:
+        """The next forward encodes prompts of ``length`` tokens from position 0 into the cache slots ``rows``.
+        Returns the causal mask [1, 1, length, length] for a forward that takes one (``LeanForward``)."""
         self.enable_prefill_mode()
         self.rows = rows
         self.positions = torch.arange(length, device=rows.device).unsqueeze(0).expand(len(rows), length)
         self.kv_length, self.past = length, 0
+        return self._causal(0, length, rows.device)
 
-    def extend(self, rows: int, start: int, length: int, device) -> None:
+    def extend(self, rows: int, start: int, length: int, device) -> torch.Tensor:
         """The next forward feeds ``length`` tokens to each of slots 0..rows-1 at positions start.., on top of the
         ``start`` positions those slots hold already (a shared prompt prefix): causal attention over all
-        ``start + length`` keys. Right-padded rows are fine: a real token sees only the real ones before it."""
+        ``start + length`` keys. Right-padded rows are fine: a real token sees only the real ones before it.
+        Returns that mask, [1, 1, length, start + length], for a forward that takes one (``LeanForward``)."""
         self.enable_prefill_mode()
         self.rows = torch.arange(rows, device=device)
         self.positions = torch.arange(start, start + length, device=self.rows.device).unsqueeze(0).expand(
             rows, length)
         self.kv_length, self.past = start + length, start
+        return self._causal(start, length, device)
+
+    @staticmethod
+    def _causal(start: int, length: int, device) -> torch.Tensor:
+        keys = torch.arange(start + length, device=device)
+        queries = torch.arange(start, start + length, device=device)
+        return (keys.unsqueeze(0) > queries.unsqueeze(1)).view(1, 1, length, start + length)
 
     def decode(self, positions: torch.Tensor, kv_length: int | None = None) -> torch.Tensor:
         """The next forward feeds one token per row of slots 0..n-1, row i at ``positions[i]`` (``kv_length``:

@@ -17,16 +17,13 @@ from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.enums import AttnMaskType
 
 
-def decode_attention(query, key, value, hidden, scale: float):
-    """Attention of one query per row: ``query`` [b, groups, heads per group, dim] against ``key`` and ``value``
-    [b, groups, keys, dim] under ``hidden`` [b, 1, 1, keys] (True: a key the row has not reached) ->
-    [b, groups, heads per group, dim], by SDPA (one fused call; as two batched products and a softmax it measured
-    the same on CPU, benchmarks/decode_step_levers.py, and is more launches on a GPU)."""
-    b, groups, per_group, dim = query.shape
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(b, groups * per_group, 1, dim), key, value, attn_mask=~hidden, scale=scale,
-        enable_gqa=per_group > 1)
-    return out.view(b, groups, per_group, dim)
+def cached_attention(query, key, value, hidden, scale: float):
+    """Attention of ``query`` [b, heads, s, dim] (``s`` new tokens per row) against a row's cached ``key`` and
+    ``value`` [b, groups, keys, dim] under ``hidden`` [b or 1, 1, s, keys] (True: a key the query does not see)
+    -> [b, heads, s, dim], by SDPA (one fused call; for a decode step's single query, two batched products and a
+    softmax measured the same on CPU, benchmarks/decode_step_levers.py, and are more launches on a GPU)."""
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=~hidden, scale=scale,
+                                                            enable_gqa=query.shape[1] != key.shape[1])
 
 
 class SdpaDotProductAttention(DotProductAttention):

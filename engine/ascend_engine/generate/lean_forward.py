@@ -1,30 +1,34 @@
-"""A decode step (one token per row against the ``RaggedKVCache``) computed straight from a dense model's weights.
+"""A forward of a few tokens per row against the ``RaggedKVCache``, computed straight from a dense model's weights:
+a prompt's prefill, a decode step (one token per row) and choice scoring's chunk after a cached prefix.
 
 Going through megatron-core's modules, a decode step of 16 rows through 8 layers of hidden 512 spends as much time
 in module calls, autograd-free wrappers, per-layer rotary tables and the CPU flash kernel's set-up for a single
-query as in its products. This step reads the same parameters and runs the same arithmetic per layer (norm,
-fused QKV, rotary at each row's position, cache write, attention over the row's past, output projection, residual,
-norm, MLP, residual), then the final norm and the output layer, with:
+query as in its products, and on a GPU those host steps are what a forward of a small model waits on. This
+forward reads the same parameters and runs the same arithmetic per layer (norm, fused QKV, rotary at each token's
+position, cache write, attention over the row's cached past, output projection, residual, norm, MLP, residual),
+then the final norm and the output layer, with:
 
-- rotary cos/sin looked up once per step for all layers, from tables made once per generation;
-- attention of the single query in one SDPA call over the row's cached keys (``decode_attention``), without the
-  module's reshapes and mask building;
+- rotary cos/sin looked up once per forward for all layers, from tables made once;
+- attention in one SDPA call over the row's cached keys (``cached_attention``), without the module's reshapes
+  and mask building;
+- the last layer's MLP, the final norm and the output layer only at the positions read (each row's last token,
+  or the positions scoring asks for): nothing after the last attention mixes positions;
 - every product in the kernel the device runs a few rows by a large weight fastest with (the table of
-  ``inference_linears.packed_products``, which the model's own linears use during generation too: oneDNN on a
+  ``inference_linears.packed_products``, which the model's own linears use during inference too: oneDNN on a
   packed copy on CPU, the plain product elsewhere); the sums may differ from megatron-core's in the last bits,
   within the tolerance parity rule (docs/performance.md, Inference).
 
 It applies where that arithmetic is all there is: one tensor-parallel rank and one pipeline stage, the local
 dense layer spec (``CachedRotarySelfAttention`` + ``SdpaDotProductAttention``, a plain ``MLP``), rotary (whole
-head, not interleaved) or learned positions, no hooks or per-instance overrides on any module (LoRA adapters,
-evaluation's ``_read_only``). Anything else takes the model's own forward (``fits`` says which), as do prefills.
+head, not interleaved) or learned positions, no hooks or per-instance overrides on any module (LoRA adapters).
+Anything else takes the model's own forward (``fits`` says which).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from ..models.sdpa_attention import decode_attention
+from ..models.sdpa_attention import cached_attention
 
 
 def _biased(product, bias):
@@ -37,7 +41,7 @@ def _hooked(module) -> bool:
 
 
 def fits(gpt) -> bool:
-    """Whether ``DecodeStep`` computes this model's decode step (else the model's forward does)."""
+    """Whether ``LeanForward`` computes this model's forward against the cache (else the model's own does)."""
     from megatron.core import parallel_state
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.transformer_layer import TransformerLayer
@@ -88,8 +92,8 @@ def fits(gpt) -> bool:
     return True
 
 
-class DecodeStep:
-    """Built once per generation (it holds the rotary tables up to ``length`` positions); called once per step."""
+class LeanForward:
+    """Built once per generation or evaluation (it holds the rotary tables up to ``length`` positions)."""
 
     def __init__(self, gpt, length: int, products: dict):
         self.gpt, self.cfg = gpt, gpt.config
@@ -118,49 +122,64 @@ class DecodeStep:
         rotated = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
         return t * cos + rotated * sin
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
-        """``tokens`` [n] of slots 0..n-1 at ``positions`` [n] (``cache.decode`` made ``mask`` [n, 1, 1, keys])
-        -> logits [n, padded vocabulary] after them."""
-        gpt, cfg = self.gpt, self.cfg
-        n, dim, groups = tokens.shape[0], self.head_dim, self.groups
+    def _mlp(self, layer, hidden: torch.Tensor, fc1_product, fc2_product) -> torch.Tensor:
+        x = fc1_product(layer.pre_mlp_layernorm(hidden).view(-1, hidden.shape[-1]))
+        if self.cfg.gated_linear_unit:
+            gate, up = torch.chunk(x, 2, dim=-1)
+            x = self.cfg.activation_func(gate) * up
+        else:
+            x = self.cfg.activation_func(x)
+        return hidden + fc2_product(x).view(hidden.shape)
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache,
+                 read: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """``tokens`` [n, s] (or [n] for one each) of slots 0..n-1 at ``positions`` of the same shape, under
+        ``mask`` [n or 1, 1, s, keys] (True: a key the token does not see; ``cache.decode`` makes a decode step's)
+        -> logits [k, padded vocabulary] after the tokens at (row, column) pairs ``read`` (two [k] tensors), by
+        default after each row's last token ([n, ...]). Their keys and values enter the cache at their
+        positions, in the slots the cache was last told (``prefill``, ``extend``, ``decode``)."""
+        gpt = self.gpt
+        if tokens.dim() == 1:
+            tokens, positions = tokens.unsqueeze(1), positions.unsqueeze(1)
+        (n, s), dim, groups = tokens.shape, self.head_dim, self.groups
         per_group = self.heads // groups
         embedding = gpt.embedding
-        hidden = embedding.word_embeddings.weight[tokens]
+        hidden = embedding.word_embeddings.weight[tokens]  # [n, s, hidden]
         if embedding.add_position_embedding:
             hidden = hidden + embedding.position_embeddings.weight[positions]
         cos = sin = None
         if self.cos is not None:
-            cos, sin = self.cos[positions].to(hidden.dtype), self.sin[positions].to(hidden.dtype)  # [n, 1, dim]
-        rows = torch.arange(n, device=tokens.device)
+            cos, sin = self.cos[positions].to(hidden.dtype), self.sin[positions].to(hidden.dtype)  # [n, s, 1, dim]
+        # a prompt from position 0 (``cache.prefill``: into any slots) attends to its own new keys alone; other
+        # tokens to the past in slots 0..n-1 (made here, not read from the cache: a captured graph keeps it)
+        fresh = not cache.is_decode_only() and not cache.past
+        rows = (cache.rows if fresh else torch.arange(n, device=tokens.device)).unsqueeze(1)
         keys = mask.shape[-1]
-        for layer, (qkv_product, proj_product, fc1_product, fc2_product) in zip(gpt.decoder.layers,
-                                                                               self.layer_products):
+        layers = list(zip(gpt.decoder.layers, self.layer_products))
+        for index, (layer, (qkv_product, proj_product, fc1_product, fc2_product)) in enumerate(layers):
             attention = layer.self_attention
             x = layer.input_layernorm(hidden)
-            qkv = qkv_product(x)
-            qkv = qkv.view(n, groups, (per_group + 2) * dim)
+            qkv = qkv_product(x.view(n * s, -1)).view(n, s, groups, (per_group + 2) * dim)
             query, key, value = qkv.split([per_group * dim, dim, dim], dim=-1)
-            query = query.reshape(n, self.heads, dim)
+            query = query.reshape(n, s, self.heads, dim)
             if attention.q_layernorm is not None:
                 query = attention.q_layernorm(query)
             if attention.k_layernorm is not None:
                 key = attention.k_layernorm(key)
             if cos is not None:
                 query, key = self._rotate(query, cos, sin), self._rotate(key, cos, sin)
-            key_memory, value_memory = cache.memory(attention.layer_number, key.unsqueeze(0), value.unsqueeze(0))
+            key_memory, value_memory = cache.memory(attention.layer_number, key.transpose(0, 1),
+                                                    value.transpose(0, 1))
             key_memory[positions, rows] = key
             value_memory[positions, rows] = value
-            # [positions, slots, groups, dim] views of [slots, groups, positions, dim] buffers
-            past_keys = key_memory[:keys, :n].permute(1, 2, 0, 3)
-            past_values = value_memory[:keys, :n].permute(1, 2, 0, 3)
-            context = decode_attention(query.view(n, groups, per_group, dim), past_keys, past_values,
-                                       mask.view(n, 1, 1, keys), self.scale)
-            hidden = hidden + proj_product(context.reshape(n, self.heads * dim))
-            x = fc1_product(layer.pre_mlp_layernorm(hidden))
-            if cfg.gated_linear_unit:
-                gate, up = torch.chunk(x, 2, dim=-1)
-                x = cfg.activation_func(gate) * up
-            else:
-                x = cfg.activation_func(x)
-            hidden = hidden + fc2_product(x)
+            if fresh:
+                past_keys, past_values = key.transpose(1, 2), value.transpose(1, 2)
+            else:  # [positions, slots, groups, dim] views of [slots, groups, positions, dim] buffers
+                past_keys = key_memory[:keys, :n].permute(1, 2, 0, 3)
+                past_values = value_memory[:keys, :n].permute(1, 2, 0, 3)
+            context = cached_attention(query.transpose(1, 2), past_keys, past_values, mask, self.scale)
+            hidden = hidden + proj_product(context.transpose(1, 2).reshape(n * s, -1)).view(n, s, -1)
+            if index == len(layers) - 1:  # nothing after the last attention mixes positions: read first
+                hidden = hidden[:, -1] if read is None else hidden[read]
+            hidden = self._mlp(layer, hidden, fc1_product, fc2_product)
         return self.output_product(gpt.decoder.final_layernorm(hidden))
