@@ -229,7 +229,8 @@ def demo(args: argparse.Namespace) -> int:
                 if time.monotonic() > deadline:
                     raise UsageError(f"timed out after {args.timeout:.0f}s; jobs: " + ", ".join(
                         f"{o['metadata']['name']}={(o.get('status') or {}).get('phase', 'Pending')}" for o in current))
-                time.sleep(1.0)
+                # a poll a second, and never past the next heartbeat (a loaded host makes a round slow)
+                time.sleep(max(0.0, min(1.0, said + HEARTBEAT_S - time.monotonic())))
         finally:
             resources.close()
         succeeded = [o for o in current if o["status"]["phase"] == "Succeeded"]
