@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 SUBJECT_WORDS = "The following are multiple choice questions ( with answers ) about . Answer : A B C D".split()
@@ -242,7 +243,9 @@ def main() -> None:
                 rows = tokenizer([q.context for q in questions])["input_ids"]
                 return peer_scores(hf, rows, letters, b, device)
 
-            worst = max(abs(x - y) for a, c in zip(score_ours(), score_hf()) for x, y in zip(a, c))
+            with counting_tokens() as computed:
+                ours_first = score_ours()
+            worst = max(abs(x - y) for a, c in zip(ours_first, score_hf()) for x, y in zip(a, c))
             assert worst <= 1e-4, f"our option log-likelihoods differ from transformers' by {worst}"
             rates = interleave({"ours": score_ours, "transformers": score_hf}, args.rounds, len(questions))
             mean = statistics.mean(len(ids) for ids in tokenizer([q.context for q in questions])["input_ids"])
@@ -250,10 +253,55 @@ def main() -> None:
                    f"tokens on average (questions and examples ~{args.question_tokens} tokens +-25%), choice "
                    f"scoring; {machine}; log-likelihoods equal to {worst:.1e}; load average "
                    f"{os.getloadavg()[0]:.1f}", rates, "questions/s", CPU)
+            if args.device == "cpu":
+                products_floor(gpt, computed, CPU["ours"], len(questions))
     else:
         generate_side_by_side(args, ours, hf, device, by_length)
     destroy_parallel()
     shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def counting_tokens():
+    """The tokens our scoring's forwards compute (prefixes and padded rows), counted where the cache is told
+    about them: a list holding one number, filled when the block ends."""
+    from unittest import mock
+
+    from ascend_engine.models.ragged_cache import RaggedKVCache
+
+    counts, prefill, extend = [0], RaggedKVCache.prefill, RaggedKVCache.extend
+
+    def counted_prefill(self, rows, length):
+        counts[0] += len(rows) * length
+        return prefill(self, rows, length)
+
+    def counted_extend(self, rows, start, length, device):
+        counts[0] += rows * length
+        return extend(self, rows, start, length, device)
+
+    with mock.patch.object(RaggedKVCache, "prefill", counted_prefill), \
+            mock.patch.object(RaggedKVCache, "extend", counted_extend):
+        yield counts
+
+
+def products_floor(gpt, computed: list[int], cpu: list[float], questions: int) -> None:
+    """The physical limit: our scoring's matrix products (every layer's linears at each computed token, the
+    output layer at each question's one read position) at this core's peak, measured here on a 2048^3 product."""
+    import torch
+
+    layers = sum(p.numel() for name, p in gpt.decoder.named_parameters() if name.endswith("weight") and p.dim() == 2)
+    flops = 2 * (computed[0] * layers + questions * gpt.output_layer.weight.numel())
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    peaks = []
+    for _ in range(5):
+        start = time.process_time()
+        torch.mm(a, b)
+        peaks.append(2 * 2048 ** 3 / (time.process_time() - start))
+    peak = statistics.median(peaks)
+    print(f"  products floor: {computed[0]} tokens computed, {flops / 1e9:.0f} GFLOP of products, "
+          f"{flops / peak:.1f} CPU s at this core's peak ({peak / 1e9:.1f} GFLOP/s per thread); ours "
+          f"{statistics.median(cpu) * peak / flops:.2f}x that floor", flush=True)
 
 
 def whole_process(args, work: Path, words: int, machine: str) -> None:
