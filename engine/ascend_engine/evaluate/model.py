@@ -96,18 +96,18 @@ class InferenceModel:
         on the last stage (None elsewhere). Rows are right-padded; causal attention keeps padding from touching the
         real positions. The output layer sees only the asked-for positions (``_read_only``): at evaluation sizes
         it is a large share of the arithmetic, and logits of every position would be batch x length x vocabulary
-        floats nobody reads."""
+        floats nobody reads. At one stage and TP1 a dense model takes ``LeanForward`` instead of the schedule."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
         from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
+        if self.shares_prefixes:  # one stage: the lean forward where the model fits it
+            with self._direct():
+                if self._lean is not None:
+                    return self._lean_logprobs(rows, positions)
         width = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-        ids = ids.to(self.device)
+        ids = self._right_padded(rows)
         device = self.device
-        row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=device)
-        pos_index = torch.tensor([q for p in positions for q in p], device=device)
+        row_index, pos_index = self._read_index(positions)
 
         def forward_step(data_iterator, module):
             tokens = next(data_iterator)
@@ -126,6 +126,29 @@ class InferenceModel:
             picked = gather_from_tensor_model_parallel_region(logits.contiguous())
             normalised = torch.log_softmax(picked[:, : self.vocab_size].float(), dim=-1)
             return list(normalised.split([len(p) for p in positions]))
+
+    def _right_padded(self, rows: list[list[int]]) -> torch.Tensor:
+        ids = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+        return ids.to(self.device)
+
+    def _read_index(self, positions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, position) index tensors of the positions whose logits are read, row by row."""
+        return (torch.tensor([i for i, p in enumerate(positions) for _ in p], device=self.device),
+                torch.tensor([q for p in positions for q in p], device=self.device))
+
+    def _lean_logprobs(self, rows: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor]:
+        """``_logprobs`` by ``LeanForward`` (one stage, TP1): the right-padded rows encoded from position 0 into a
+        cache made for the batch, logits only at the positions read."""
+        from ..models.ragged_cache import RaggedKVCache
+
+        ids = self._right_padded(rows)
+        cache = RaggedKVCache(len(rows), ids.shape[1])
+        mask = cache.prefill(torch.arange(len(rows), device=self.device), ids.shape[1])
+        logits = self._lean(ids, cache.positions, mask, cache, read=self._read_index(positions))
+        normalised = torch.log_softmax(logits[:, : self.vocab_size].float(), dim=-1)
+        return list(normalised.split([len(p) for p in positions]))
 
     def _prefix_cache(self, prefix: list[int], rows: int, width: int):
         """A ``RaggedKVCache`` whose slots 0..rows-1 hold ``prefix``'s keys and values, with room for ``width``
@@ -162,12 +185,8 @@ class InferenceModel:
         group holds the result."""
         width = max(len(r) for r in rows)
         cache = self._prefix_cache(prefix, len(rows), width)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-        ids = ids.to(self.device)
-        row_index = torch.tensor([i for i, p in enumerate(positions) for _ in p], device=self.device)
-        pos_index = torch.tensor([q for p in positions for q in p], device=self.device)
+        ids = self._right_padded(rows)
+        row_index, pos_index = self._read_index(positions)
         mask = cache.extend(len(rows), len(prefix), width, self.device)
         if self._lean is not None:
             logits = self._lean(ids, cache.positions, mask, cache, read=(row_index, pos_index))
