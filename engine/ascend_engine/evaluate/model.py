@@ -61,15 +61,14 @@ class InferenceModel:
         self.shares_prefixes = direct_path_fits(gpt)  # one stage whose attention reads a RaggedKVCache
         self._prefix: tuple[tuple[int, ...], object] | None = None  # the last prefix encoded, and its cache
         self._products = None  # the linears' packed products (``inference_linears``), made on first use
-        self._lean = None  # ``LeanForward`` for the prefix and the rows after it, where it fits, made on first use
+        self._lean = None  # ``LeanForward`` for scoring's forwards where the model fits it, made with the products
 
     @contextmanager
     def _direct(self):
         """``inference_mode`` with the linears' products in the device's kernels, packed once for the whole
         evaluation (its weights do not change)."""
-        from ..models.inference_linears import direct_linears, packed_products
-
         from ..generate import lean_forward
+        from ..models.inference_linears import direct_linears, packed_products
 
         with torch.inference_mode():
             if self._products is None:

@@ -133,11 +133,11 @@ class LeanForward:
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache,
                  read: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """``tokens`` [n, s] (or [n] for one each) of slots 0..n-1 at ``positions`` of the same shape, under
-        ``mask`` [n or 1, 1, s, keys] (True: a key the token does not see; ``cache.decode`` makes a decode step's)
-        -> logits [k, padded vocabulary] after the tokens at (row, column) pairs ``read`` (two [k] tensors), by
-        default after each row's last token ([n, ...]). Their keys and values enter the cache at their
-        positions, in the slots the cache was last told (``prefill``, ``extend``, ``decode``)."""
+        """``tokens`` [n, s] (or [n] for one each) at ``positions`` of the same shape, under ``mask``
+        [n or 1, 1, s, keys] (True: a key the token does not see; the cache's ``prefill``, ``extend`` and
+        ``decode`` return it) -> logits [k, padded vocabulary] after the tokens at (row, column) pairs ``read``
+        (two [k] tensors), by default after each row's last token ([n, ...]). Their keys and values enter the
+        cache at their positions: in the slots ``prefill`` named, else in slots 0..n-1."""
         gpt = self.gpt
         if tokens.dim() == 1:
             tokens, positions = tokens.unsqueeze(1), positions.unsqueeze(1)
