@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,7 +23,34 @@ def stop_with_parent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_start() -> int:
+    """The first port the kernel hands to outgoing connections (Linux's ``ip_local_port_range``)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port free now, for a server started a moment later. Drawn below the kernel's ephemeral range:
+    a port the kernel picks (bind to 0) is one it also gives outgoing connections, and a component connecting
+    to kube-apiserver took one between this check and kube-scheduler's bind ("address already in use", a
+    clean clone's test run). Drawn with the system's randomness, so processes that seed ``random`` alike do not
+    draw alike; the kernel's pick where no port below the range is free."""
+    top = _ephemeral_start() - 1
+    if top > _LOWEST_PORT:
+        draw = random.SystemRandom()
+        for _ in range(64):
+            port = draw.randint(_LOWEST_PORT, top)
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
