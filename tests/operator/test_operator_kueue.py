@@ -160,7 +160,9 @@ def test_second_job_waits_for_the_quota_of_the_first(cluster, resources):
     assert next(c for c in done["status"]["conditions"] if c["type"] == "Finished")["reason"] == "Succeeded"
     second = _phase(resources, ns, "second", "Succeeded", "Failed")
     assert second["phase"] == "Succeeded", second
-    reasons = [r for r, _ in _events(resources, ns, "second")]
+    # the operator finishes the Workload a reconcile after the job's phase (a clean clone's run read too early)
+    reasons = _wait("second's Workload not finished", lambda: "FinishedWorkload" in (
+        r := [reason for reason, _ in _events(resources, ns, "second")]) and r)
     assert reasons.index("CreatedWorkload") < reasons.index("Started") < reasons.index("FinishedWorkload"), reasons
 
 
