@@ -175,7 +175,7 @@ def test_hf_chat_template_wraps_the_question_as_a_user_turn():
     prompter = Prompter(tokenizer, load_template("empty", None), hf_chat_template=True)
     expected = tokenizer.apply_chat_template([{"role": "user", "content": "Which? Answer:"}], tokenize=True,
                                              add_generation_prompt=True, return_dict=True)["input_ids"]
-    assert prompter.encode("Which? Answer:") == expected
+    assert prompter.encode_many(["Which? Answer:"]) == [expected]
     [(ctx, option)] = prompter.encode_choices([("Which? Answer:", " B")])
     assert ctx == expected and tokenizer.decode(option) == "B"
 

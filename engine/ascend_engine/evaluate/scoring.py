@@ -38,14 +38,10 @@ class Prompter:
         head = self.template.prefix.replace("{bos}", bos).replace("{eos}", eos)
         return head + self.template.user.replace("{bos}", bos).replace("{eos}", eos).replace("{content}", text)
 
-    def encode(self, text: str, rendered: bool = False) -> list[int]:
-        """Token ids of ``text`` (rendered first unless it is). A chat template writes its own special tokens,
-        so the tokenizer adds none (as ``apply_chat_template(tokenize=True)``)."""
-        text = text if rendered else self.render(text)
-        return self.tokenizer(text, add_special_tokens=not self.hf_chat_template)["input_ids"]
-
     def encode_many(self, texts: list[str], rendered: bool = False) -> list[list[int]]:
-        """``encode`` of every text, in one call of the tokenizer (a fast tokenizer encodes the batch in Rust)."""
+        """Token ids of every text (rendered first unless they are), in one call of the tokenizer (a fast
+        tokenizer encodes the batch in Rust). A chat template writes its own special tokens, so the tokenizer
+        adds none (as ``apply_chat_template(tokenize=True)``)."""
         texts = texts if rendered else [self.render(t) for t in texts]
         return self.tokenizer(texts, add_special_tokens=not self.hf_chat_template)["input_ids"] if texts else []
 
@@ -54,23 +50,15 @@ class Prompter:
         reads the whole text where it splits at the boundary (lm-evaluation-harness's way), else the option on its
         own. Each distinct context is encoded once, and all texts in a few batched tokenizer calls (a question's
         context is shared by its options: one call per text was most of a 0-shot evaluation's host time)."""
-        contexts = list(dict.fromkeys(self.render(c) for c, _ in pairs))
-        context_ids = dict(zip(contexts, self.encode_many(contexts, rendered=True)))
         texts = [(self.render(c), o if self.plain else o.lstrip()) for c, o in pairs]
+        contexts = list(dict.fromkeys(c for c, _ in texts))
+        context_ids = dict(zip(contexts, self.encode_many(contexts, rendered=True)))
         wholes = self.encode_many([c + o for c, o in texts], rendered=True)
-        encoded, alone = [], []
-        for k, ((context, option), whole) in enumerate(zip(texts, wholes)):
-            ctx = context_ids[context]
-            if whole[: len(ctx)] == ctx and len(whole) > len(ctx):
-                encoded.append((ctx, whole[len(ctx):]))
-            else:
-                encoded.append((ctx, None))
-                alone.append(k)
-        if alone:
-            options = self.tokenizer([texts[k][1] for k in alone], add_special_tokens=False)["input_ids"]
-            for k, ids in zip(alone, options):
-                encoded[k] = (encoded[k][0], ids)
-        return encoded
+        ctxs = [context_ids[c] for c, _ in texts]
+        split = [whole[: len(ctx)] == ctx and len(whole) > len(ctx) for ctx, whole in zip(ctxs, wholes)]
+        alone = iter(self.tokenizer([o for (_, o), ok in zip(texts, split) if not ok], add_special_tokens=False)
+                     ["input_ids"] if not all(split) else [])
+        return [(ctx, whole[len(ctx):] if ok else next(alone)) for ctx, whole, ok in zip(ctxs, wholes, split)]
 
 
 def _batches(items: list, size: int):
