@@ -14,8 +14,11 @@ call (both sides' times include tokenizing). Its log-likelihoods are checked equ
 ``--shots 5 0`` runs a few-shot and a zero-shot block in one invocation.
 
 With ``--generate N`` each random prompt of ``--prompt-tokens`` is continued greedily by exactly N tokens (no
-end-of-sequence) through ``generate_answers``'s model call; the first batch's tokens must agree with
-transformers' (left padding, KV cache). ``--whole-process`` times whole processes instead: ``ascend-engine
+end-of-sequence) through ``generate_answers``'s model call; the first two batches' tokens must agree with
+transformers' (left padding, KV cache). With ``--varied-ends`` too, each response ends at its first stop token,
+one drawn at a random point of each row's full response, as real answers (GSM8K's) end at different lengths:
+transformers gets them as its end-of-sequence list, runs a batch until its last row ends (lm-evaluation-harness'
+way with transformers), and ours also runs as it did before continuous batching (``ours, batches``). ``--whole-process`` times whole processes instead: ``ascend-engine
 evaluate`` on the Megatron checkpoint against a transformers script that loads the HF directory and scores the
 same prompts (start-up, loading and reading counted on both sides).
 
@@ -84,9 +87,11 @@ def report(title: str, rates: dict[str, list[float]], unit: str, cpu: dict[str, 
     for key, values in rates.items():
         used = f"; CPU s per round {statistics.median(cpu[key]):.1f} (min {min(cpu[key]):.1f})" if cpu else ""
         print(f"  {key:<13} {spread(values)} {unit}{used}")
-    ratios = [o / t for o, t in zip(*rates.values())]
-    print(f"  ours / transformers per round: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)  # a block shows before the next ends
+    for key in rates:
+        if key != "transformers":
+            ratios = [o / t for o, t in zip(rates[key], rates["transformers"])]
+            print(f"  {key} / transformers per round: median {statistics.median(ratios):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)  # shows before the next block ends
 
 
 CPU: dict[str, list[float]] = {}  # CPU seconds of each variant's rounds (this process and its children)
@@ -174,6 +179,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads for both (0: torch's default)")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="benchmark generation of N new tokens")
+    ap.add_argument("--varied-ends", action="store_true", help="generation: each response ends at its first stop "
+                    "token (drawn from the responses), as real answers end at different lengths")
     ap.add_argument("--whole-process", action="store_true", help="time whole processes (start-up counted)")
     args = ap.parse_args()
     for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
@@ -331,7 +338,8 @@ def whole_process(args, work: Path, words: int, machine: str) -> None:
 
 
 def generate_side_by_side(args, ours, hf, device, by_length) -> None:
-    """Greedy generation of ``args.generate`` tokens for random prompts, ours against transformers' ``generate``."""
+    """Greedy generation for random prompts, ours against transformers' ``generate``: exactly ``args.generate``
+    tokens each, or with ``args.varied_ends`` up to that many, each response ending at its first stop token."""
     import torch
 
     gen = torch.Generator().manual_seed(1)
@@ -339,6 +347,10 @@ def generate_side_by_side(args, ours, hf, device, by_length) -> None:
                             generator=gen)
     rows = [torch.randint(20, args.vocab_size, (int(n),), generator=gen).tolist() for n in lengths]
     b = args.batch
+    stops: list[int] = []  # stop tokens (transformers' end-of-sequence list; ``finished`` for ours)
+
+    def finished(_row, new):
+        return new[-1] in stops
 
     def padded(chunk, left: bool):
         width = max(len(r) for r in chunk)
@@ -349,13 +361,22 @@ def generate_side_by_side(args, ours, hf, device, by_length) -> None:
             ids[j, span], mask[j, span] = torch.tensor(r), 1
         return ids.to(device), mask.to(device)
 
-    def generate_ours(questions=None):
+    def generate_ours(questions=None):  # what generate_answers does: longest prompts first, ``b`` rows at once
         questions = questions or rows
-        order = by_length(list(range(len(questions))), lambda i: len(questions[i]))  # what generate_answers does
+        order = sorted(range(len(questions)), key=lambda i: -len(questions[i]))
+        out = [None] * len(questions)
+        for j, new in zip(order, ours.generate([questions[j] for j in order], args.generate, None, finished,
+                                               batch_size=b)):
+            out[j] = new
+        return out
+
+    def generate_ours_batches(questions=None):  # before continuous batching: one batch after the other
+        questions = questions or rows
+        order = by_length(list(range(len(questions))), lambda i: len(questions[i]))
         out = [None] * len(questions)
         for i in range(0, len(order), b):
             chunk = order[i: i + b]
-            for j, new in zip(chunk, ours.generate([questions[j] for j in chunk], args.generate, eos_id=None)):
+            for j, new in zip(chunk, ours.generate([questions[j] for j in chunk], args.generate, None, finished)):
                 out[j] = new
         return out
 
@@ -366,21 +387,32 @@ def generate_side_by_side(args, ours, hf, device, by_length) -> None:
                 chunk = (questions or rows)[i: i + b]
                 ids, mask = padded(chunk, left=True)
                 new = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.generate,
-                                  min_new_tokens=args.generate, do_sample=False, pad_token_id=0, use_cache=True)
-                out += new[:, ids.shape[1]:].tolist()
+                                  min_new_tokens=0 if stops else args.generate, do_sample=False, pad_token_id=0,
+                                  use_cache=True, eos_token_id=stops or None)
+                for row in new[:, ids.shape[1]:].tolist():  # up to its first stop token (then padding)
+                    end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+                    out.append(row[:end])
         return out
 
     hf.generation_config.eos_token_id = None
-    first = rows[:b]
-    assert generate_ours(first) == generate_hf(first), "our greedy tokens differ from transformers'"
-    for fn in (generate_ours, generate_hf):  # warm-up: one batch each
-        fn(first)
-    rates = interleave({"ours": generate_ours, "transformers": generate_hf}, args.rounds,
-                       len(rows) * args.generate)
-    report(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens (+-25%), {args.generate} new tokens "
-           f"each (greedy), batch {b}, hidden {args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, "
-           f"fp32, device {args.device}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds; load "
-           f"average {os.getloadavg()[0]:.1f}", rates, "new tokens/s", CPU)
+    if args.varied_ends:  # a stop token at a random point of each row's full response: responses end all along
+        picks = torch.Generator().manual_seed(3)
+        for new in generate_ours():
+            stops.append(new[int(torch.randint(len(new), (1,), generator=picks))])
+    got = generate_ours()
+    assert got[:2 * b] == generate_hf(rows[:2 * b]), "our greedy tokens differ from transformers'"
+    new_tokens = sum(len(r) for r in got)
+    variants = {"ours": generate_ours, "transformers": generate_hf}
+    if stops:
+        variants["ours, batches"] = generate_ours_batches
+        print(f"  responses of {min(map(len, got))}..{max(map(len, got))} tokens ({len(set(stops))} stop tokens), "
+              f"{new_tokens} new tokens in all", flush=True)
+    rates = interleave(variants, args.rounds, new_tokens)
+    report(f"{args.questions} questions, ~{args.prompt_tokens} prompt tokens (+-25%), "
+           f"{'up to ' if stops else ''}{args.generate} new tokens each (greedy), batch {b}, hidden "
+           f"{args.hidden_size}, {args.num_layers} layers, vocab {args.vocab_size}, fp32, device {args.device}, "
+           f"{torch.get_num_threads()} threads, {args.rounds} interleaved rounds; load average "
+           f"{os.getloadavg()[0]:.1f}", rates, "new tokens/s", CPU)
 
 
 if __name__ == "__main__":

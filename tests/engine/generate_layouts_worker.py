@@ -58,6 +58,19 @@ def run_layout(backend, tp: int, pp: int) -> dict:
     g = generate_batch(gpt, PROMPTS, max_new_tokens=10, eos_id=eos, vocab_size=MODEL.vocabSize, max_length=64,
                        use_cache=True)
     out["greedy/eos"] = {"eos": eos, "responses": g.responses(), "tokens": g.tokens.tolist()}
+
+    def slotted(sampling, slots):  # rows end at different steps (the EOS above): with 2 slots, others take over
+        ended = []
+        g = generate_batch(gpt, PROMPTS, max_new_tokens=10, eos_id=eos, vocab_size=MODEL.vocabSize, max_length=64,
+                           sampling=sampling, generator=torch.Generator().manual_seed(11), slots=slots,
+                           done=ended.append)
+        return {"responses": g.responses(), "ended": ended,
+                "log_probs": [g.log_probs[i, p:p + n].tolist()
+                              for i, (p, n) in enumerate(zip(g.prompt_lengths, g.response_lengths))]}
+
+    for name, sampling in (("greedy", Sampling()), ("sampled", Sampling(top_p=0.95, temperature=1.3))):
+        for slots in (None, 2):
+            out[f"slots {slots}/{name}"] = slotted(sampling, slots)
     if tp == 1 and pp == 1:
         sampled = out["sampled/cache"]
         tokens = torch.tensor(sampled["tokens"])
@@ -88,6 +101,7 @@ def run_layout(backend, tp: int, pp: int) -> dict:
                 out[f"graph path/{name}"] = gen(PROMPTS, sampling, True)
             out["graph path/eos"] = generate_batch(gpt, PROMPTS, max_new_tokens=10, eos_id=eos,
                                                    vocab_size=MODEL.vocabSize, max_length=64).responses()
+            out["graph path/slots 2"] = slotted(Sampling(), 2)["responses"]
         # learned absolute positions: each token's position id must follow it into the cache
         learned = build_gpt_model(MODEL.model_copy(update={"positionEmbeddingType": "learned_absolute"}),
                                   ParallelConfig(), 64, seed=7).eval()

@@ -138,6 +138,29 @@ def test_a_batch_generates_what_each_prompt_generates_alone(layouts):
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("layout", ["tp1pp1", "tp2pp1", "tp1pp2"])
+def test_a_row_that_ends_hands_its_slot_to_the_next_prompt(layouts, layout):
+    """Four prompts in two slots: at one stage a row that ends gives its cache slot to the next prompt (continuous
+    batching), elsewhere the prompts run two at a time; either way every row generates what it does with all four
+    in one batch, and each row's end is reported once."""
+    run = layouts[layout]
+    gaps = [g[len(p):] for p, g in zip(PROMPTS, layouts["tp1pp1"]["greedy_gaps"])]
+    for mode in ("greedy", "sampled"):
+        whole, slotted = run[f"slots None/{mode}"], run[f"slots 2/{mode}"]
+        if mode == "greedy":  # row 1 ends after 3 tokens and row 2 takes its slot (sampled: 2 enter at once)
+            assert [len(r) for r in whole["responses"]] == [10, 3, 10, 10]
+            agree = greedy_agreement(slotted["responses"], whole["responses"], gaps)
+        else:
+            assert slotted["responses"] == whole["responses"]
+            agree = [len(r) for r in whole["responses"]]
+        for n, got, ref in zip(agree, slotted["log_probs"], whole["log_probs"]):
+            np.testing.assert_allclose(got[:n], ref[:n], atol=1e-5, rtol=1e-4)
+        assert sorted(slotted["ended"]) == [0, 1, 2, 3]
+    if layout == "tp1pp1":  # and in the loop a GPU replays from captured graphs
+        greedy_agreement(run["graph path/slots 2"], run["slots None/greedy"]["responses"], gaps)
+
+
+@pytest.mark.engine
 def test_rows_stop_at_their_end_of_sequence_token(layouts):
     run = layouts["tp1pp1"]
     eos, full = run["greedy/eos"]["eos"], run["greedy/cache"]["responses"]

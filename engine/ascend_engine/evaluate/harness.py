@@ -174,16 +174,14 @@ class AscendLM(TemplateLM):
                                              left_truncate_len=self.max_length - room)
             order = sorted(members, key=lambda k: (-len(prompts[k]), requests[k].args[0]))
             mine = share(order, self.info.dp_rank, self.info.dp)
-            texts = []
-            for b in range(0, len(mine), self.batch_size):
-                chunk = mine[b: b + self.batch_size]
 
-                def finished(row, new, chunk=chunk):
-                    text = self.tokenizer.decode(new)
-                    return any(s and s in text for s in until)
+            def finished(row, new, until=until):
+                text = self.tokenizer.decode(new)
+                return any(s and s in text for s in until)
 
-                for new in self.model.generate([prompts[k] for k in chunk], room, self.eot_token_id, finished):
-                    texts.append(postprocess_generated_text(self.tok_decode(new), until, None))
+            news = self.model.generate([prompts[k] for k in mine], room, self.eot_token_id, finished,
+                                       batch_size=self.batch_size)
+            texts = [postprocess_generated_text(self.tok_decode(new), until, None) for new in news]
             for k, text in zip(order, gather(texts, self.info.dp)):
                 out[k] = text
                 self.cache_hook.add_partial("generate_until", requests[k].args, text)

@@ -276,13 +276,18 @@ class InferenceModel:
         shared = self._share(result)
         return [shared[i, : len(c)].tolist() for i, c in enumerate(candidates)]
 
-    def generate(self, prompts: list[list[int]], max_new: int, eos_id: int | None, finished=None) -> list[list[int]]:
-        """Greedy continuations of ``prompts`` in one batch (new tokens only, without the end-of-sequence token),
-        with Megatron's KV cache, so the cost grows linearly in new tokens. A row stops at ``eos_id``, at
-        ``max_new`` or when ``finished(row, new_tokens)`` says so. A prompt that leaves less than ``max_new``
-        positions loses its beginning (as lm-evaluation-harness does); the same tokens result on every rank."""
+    def generate(self, prompts: list[list[int]], max_new: int, eos_id: int | None, finished=None, *,
+                 batch_size: int | None = None, done=None) -> list[list[int]]:
+        """Greedy continuations of ``prompts`` (new tokens only, without the end-of-sequence token), with a KV
+        cache, so the cost grows linearly in new tokens; at most ``batch_size`` rows decode at once, a finished
+        row's slot going to the next prompt (``generate_batch``'s ``slots``). A row stops at ``eos_id``, at
+        ``max_new`` or when ``finished(row, new_tokens)`` says so; ``done(row)`` is called as it does. A prompt
+        that leaves less than ``max_new`` positions loses its beginning (as lm-evaluation-harness does); the same
+        tokens result on every rank."""
         from ..generate.batched import generate_batch
 
+        if not prompts:  # a data-parallel rank left without questions
+            return []
         room = min(max_new, self.max_len - 1)
         fitted = []
         for prompt in prompts:
@@ -290,5 +295,5 @@ class InferenceModel:
             self.truncated += bool(cut)
             fitted.append(prompt[cut:])
         out = generate_batch(self.gpt, fitted, max_new_tokens=room, eos_id=eos_id, vocab_size=self.vocab_size,
-                             max_length=self.max_len, finished=finished)
+                             max_length=self.max_len, finished=finished, slots=batch_size, done=done)
         return [r[:-1] if r and r[-1] == eos_id else r for r in out.responses()]

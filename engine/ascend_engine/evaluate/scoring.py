@@ -130,20 +130,21 @@ def choice_outcomes(questions: list[ChoiceQuestion], scored) -> list[Outcome]:
 
 def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], max_new: int, batch_size: int,
                      progress) -> list[str]:
-    """Greedy completions, ``batch_size`` questions of similar prompt length at a time (a batch steps through
-    its longer prompts' tails one position at a time), cut at each question's stop sequences (a row stops
-    generating once its text holds one); returned in the questions' order."""
+    """Greedy completions, ``batch_size`` rows decoding at once, longest prompts first; a row stops once its text
+    holds one of its question's stop sequences, and the next question takes its place in the batch. Cut at the
+    stop sequences and returned in the questions' order."""
     tok = prompter.tokenizer
     prompts = prompter.encode_many([q.prompt for q in questions])
+    order = sorted(range(len(questions)), key=lambda i: -len(prompts[i]))
+
+    def finished(row, new):
+        return any(s in tok.decode(new) for s in questions[order[row]].stop)
+
     out: list[str] = [""] * len(questions)
-    for chunk in _batches(by_length(list(range(len(questions))), lambda i: len(prompts[i])), batch_size):
-
-        def finished(row, new, chunk=chunk):
-            return any(s in tok.decode(new) for s in questions[chunk[row]].stop)
-
-        for i, new in zip(chunk, model.generate([prompts[i] for i in chunk], max_new, tok.eos_token_id, finished)):
-            out[i] = cut_at_stop(tok.decode(new, skip_special_tokens=True), questions[i].stop)
-        progress.update(len(chunk))
+    news = model.generate([prompts[i] for i in order], max_new, tok.eos_token_id, finished, batch_size=batch_size,
+                          done=lambda _row: progress.update(1))
+    for i, new in zip(order, news):
+        out[i] = cut_at_stop(tok.decode(new, skip_special_tokens=True), questions[i].stop)
     return out
 
 

@@ -26,6 +26,7 @@ of its pipeline group, so data-parallel replicas may generate different prompts.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .tokens import Generated, Sampling, pick_tokens
 
@@ -115,15 +116,18 @@ def _keep_cache_rows(context, keep: list[int], length: int) -> None:
 @torch.no_grad()
 def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int,
                    max_length: int, sampling: Sampling = Sampling(), generator: torch.Generator | None = None,
-                   use_cache: bool = True, pad_id: int = 0, finished=None) -> Generated:
+                   use_cache: bool = True, pad_id: int = 0, finished=None, slots: int | None = None,
+                   done=None) -> Generated:
     """Continue every prompt by up to ``max_new_tokens`` (stopping at ``eos_id``), never past ``max_length``.
 
     Collective over the model-parallel group of ``gpt`` (one pipeline stage, in eval mode). ``vocab_size``
     drops Megatron's padded vocabulary entries before picking. ``finished(row, response_tokens)``, if given,
     ends a row early (evaluation's stop strings); it sees the shared tokens, so every rank decides alike.
+    ``slots``: at most that many rows generate at once (all by default); a row that ends hands its slot to the
+    next prompt waiting (at a single stage with a cache; elsewhere the prompts run in batches of ``slots``).
+    ``done(row)`` is called as each row ends. A row's tokens do not depend on ``slots``: its sampling numbers are
+    drawn per row and position.
     """
-    from megatron.core.inference.contexts import StaticInferenceContext
-
     from .ragged import direct_path_fits, generate_direct
 
     if gpt.training:
@@ -136,6 +140,8 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         raise ValueError("every prompt needs at least one token")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if slots is not None and slots < 1:
+        raise ValueError(f"slots must be at least 1, got {slots}")
     lengths = [len(p) for p in prompts]
     if max(lengths) >= max_length:
         raise ValueError(f"a prompt of {max(lengths)} tokens leaves no room below the model's {max_length}")
@@ -143,11 +149,44 @@ def generate_batch(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id
         generator = torch.Generator().manual_seed(0)
     device = next(gpt.parameters()).device
     b, total = len(prompts), min(max(lengths) + max_new_tokens, max_length)
+    slots = min(b, slots or b)
     uniform = None if sampling.top_p is None else torch.rand(b, total, generator=generator)
     if use_cache and direct_path_fits(gpt):
-        return generate_direct(gpt, prompts, max_new_tokens=max_new_tokens, eos_id=eos_id, vocab_size=vocab_size,
-                               total=total, sampling=sampling, uniform=uniform, pad_id=pad_id, finished=finished,
-                               device=device)
+        return generate_direct(gpt, prompts, slots=slots, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                               vocab_size=vocab_size, total=total, sampling=sampling, uniform=uniform, pad_id=pad_id,
+                               finished=finished, done=done, device=device)
+    parts = []
+    for start in range(0, b, slots):
+        rows = range(start, min(b, start + slots))
+        parts.append(_generate_layered(
+            gpt, prompts[start:rows.stop], max_new_tokens=max_new_tokens, eos_id=eos_id, vocab_size=vocab_size,
+            total=total, sampling=sampling, uniform=None if uniform is None else uniform[start:rows.stop],
+            use_cache=use_cache, pad_id=pad_id, device=device,
+            finished=None if finished is None else (lambda i, new, start=start: finished(start + i, new))))
+        if done is not None:
+            for row in rows:
+                done(row)
+    return parts[0] if len(parts) == 1 else _joined(parts, pad_id)
+
+
+def _joined(parts: list[Generated], pad_id: int) -> Generated:
+    """The batches' outcomes as one, their tokens padded to the longest."""
+    width = max(g.tokens.shape[1] for g in parts)
+    pad = [(0, width - g.tokens.shape[1]) for g in parts]
+    return Generated(tokens=torch.cat([F.pad(g.tokens, p, value=pad_id) for g, p in zip(parts, pad)]),
+                     log_probs=torch.cat([F.pad(g.log_probs, p) for g, p in zip(parts, pad)]),
+                     prompt_lengths=[n for g in parts for n in g.prompt_lengths],
+                     response_lengths=[n for g in parts for n in g.response_lengths])
+
+
+def _generate_layered(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int,
+                      total: int, sampling: Sampling, uniform: torch.Tensor | None, use_cache: bool, pad_id: int,
+                      device, finished) -> Generated:
+    """One batch through the layered loop (any pipeline layout, cached or not): the reference path."""
+    from megatron.core.inference.contexts import StaticInferenceContext
+
+    lengths = [len(p) for p in prompts]
+    b = len(prompts)
     tokens = torch.full((b, total), pad_id, dtype=torch.long)
     for i, p in enumerate(prompts):
         tokens[i, :len(p)] = torch.tensor(p)

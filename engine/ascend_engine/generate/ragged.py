@@ -4,7 +4,9 @@ Every distinct prompt is encoded once at its own length (prompts of one length t
 ``RaggedKVCache``, rows repeating a prompt (GRPO's samples) copy its keys and values, and each decode step is
 one forward of one token per unfinished row, each at its row's next position, under a [rows, keys] mask made
 once per step. There is no pipeline schedule, no padding and no walk through the longer prompts' tails; a
-finished row leaves the batch. Tokens and log-probabilities are those of ``batched``'s layered loop (the
+finished row leaves the batch, and with more prompts than cache slots the next prompt is encoded into the freed
+slot right away (continuous batching: the batch stays full while prompts wait, instead of running down to its
+longest row). Tokens and log-probabilities are those of ``batched``'s layered loop (the
 reference), which pipelines and the uncached path still take.
 """
 from __future__ import annotations
@@ -37,18 +39,19 @@ def _forward(gpt, ids: torch.Tensor, positions: torch.Tensor, mask, cache, vocab
     return logits[:, -1, :vocab_size].float()
 
 
-def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device, step) -> torch.Tensor:
-    """Encode every distinct prompt once (those of one length in one forward, ``step``'s if given), copy its cache
-    to the rows that repeat it; the logits [b, V] after each row's prompt."""
-    first: dict[tuple, int] = {}
-    source = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device, step, first: int = 0) -> torch.Tensor:
+    """Encode every distinct prompt once into cache slots ``first``.. (those of one length in one forward,
+    ``step``'s if given), copy its cache to the slots of the prompts that repeat it; the logits [b, V] after each
+    prompt."""
+    first_seen: dict[tuple, int] = {}
+    source = [first_seen.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
     by_length: dict[int, list[int]] = {}
-    for i in first.values():
+    for i in first_seen.values():
         by_length.setdefault(len(prompts[i]), []).append(i)
     logits = None
     for length, rows in by_length.items():
-        slots = torch.tensor(rows, device=device)
-        mask = cache.prefill(slots, length)
+        index = torch.tensor(rows, device=device)
+        mask = cache.prefill(index + first, length)
         ids = torch.tensor([prompts[i] for i in rows], device=device)
         if step is not None:
             got = step(ids, cache.positions, mask, cache)[:, :vocab_size].float()
@@ -56,12 +59,12 @@ def _prefill(gpt, prompts: list[list[int]], cache, vocab_size: int, device, step
             got = _forward(gpt, ids, cache.positions, None, cache, vocab_size)
         if logits is None:
             logits = got.new_empty(len(prompts), got.shape[1])
-        logits[slots] = got
+        logits[index] = got
     repeats = [i for i, s in enumerate(source) if s != i]
     if repeats:
         targets = torch.tensor(repeats, device=device)
         sources = torch.tensor([source[i] for i in repeats], device=device)
-        cache.copy_rows(sources, targets, max(len(p) for p in prompts))
+        cache.copy_rows(sources + first, targets + first, max(len(p) for p in prompts))
         logits[targets] = logits[sources]
     return logits
 
@@ -82,19 +85,21 @@ def _replayed(graphs, step, cache, picked: torch.Tensor, position: torch.Tensor,
     return graphs(lambda *inputs: step(*inputs, cache), tokens, positions, mask)[:n]
 
 
-def generate_direct(gpt, prompts: list[list[int]], **kwargs):
+def generate_direct(gpt, prompts: list[list[int]], *, slots: int, **kwargs):
     """``generate_batch`` at one pipeline stage with a cache (its arguments checked there). The loop runs in
     ``inference_mode``; what it returns is copied out of it, so training may use the tokens and log-probs."""
 
     lean = lean_forward.fits(gpt)
-    with torch.inference_mode(), direct_linears(gpt, packed_products(gpt, len(prompts))) as products:
-        tokens, log_probs, response_len = _decode(gpt, prompts, products=products if lean else None, **kwargs)
+    with torch.inference_mode(), direct_linears(gpt, packed_products(gpt, slots)) as products:
+        tokens, log_probs, response_len = _decode(gpt, prompts, slots=slots, products=products if lean else None,
+                                                  **kwargs)
     return Generated(tokens=tokens.clone(), log_probs=log_probs.clone(), prompt_lengths=[len(p) for p in prompts],
                      response_lengths=response_len.tolist())
 
 
-def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int | None, vocab_size: int, total: int,
-            sampling, uniform: torch.Tensor | None, pad_id: int, finished, device, products: dict | None):
+def _decode(gpt, prompts: list[list[int]], *, slots: int, max_new_tokens: int, eos_id: int | None,
+            vocab_size: int, total: int, sampling, uniform: torch.Tensor | None, pad_id: int, finished, done, device,
+            products: dict | None):
     from ..models.ragged_cache import RaggedKVCache
 
     b = len(prompts)
@@ -105,12 +110,13 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
     log_probs = torch.zeros(b, total)
     response_len = torch.zeros(b, dtype=torch.long)
     last_allowed = torch.clamp(lengths + max_new_tokens, max=total) - 1
-    cache = RaggedKVCache(b, total)
+    cache = RaggedKVCache(slots, total)
     step = lean_forward.LeanForward(gpt, total, products) if products is not None else None
-    logits = _prefill(gpt, prompts, cache, vocab_size, device, step)
+    logits = _prefill(gpt, prompts[:slots], cache, vocab_size, device, step)
     graphs = devices.step_graphs(device) if step is not None else None  # CUDA's captured decode steps
-    active = torch.arange(b)  # original row of each cache slot
-    position = lengths.clone()  # the position each active row fills next
+    active = torch.arange(slots)  # original row of each cache slot
+    waiting = slots  # the next row to enter a free slot
+    position = lengths[:slots].clone()  # the position each active row fills next
     while True:
         picked = pick_tokens(logits, sampling, None if uniform is None else uniform[active, position])
         # log-softmax at the picked token only: no [rows, vocabulary] result written per step
@@ -125,22 +131,35 @@ def _decode(gpt, prompts: list[list[int]], *, max_new_tokens: int, eos_id: int |
         if finished is not None:
             stop |= torch.tensor([finished(int(r), tokens[r, lengths[r]:p + 1].tolist())
                                   for r, p in zip(active.tolist(), position.tolist())], dtype=torch.bool)
-        if bool(stop.all()):
+        if done is not None:
+            for row in active[stop].tolist():
+                done(row)
+        entering = list(range(waiting, min(b, waiting + int(stop.sum()))))  # rows that take the freed slots
+        waiting += len(entering)
+        if bool(stop.all()) and not entering:
             break
         if bool(stop.any()):
             keep = (~stop).nonzero().squeeze(1)
-            cache.keep_rows(keep.to(device), int(position.max()))
+            if len(keep):
+                cache.keep_rows(keep.to(device), int(position.max()))
             active, position, picked = active[keep], position[keep], picked[keep]
-        if graphs is not None:
-            logits = _replayed(graphs, step, cache, picked, position, device)[:, :vocab_size].float()
-        else:
+        parts = []
+        if len(active) and graphs is not None:
+            parts.append(_replayed(graphs, step, cache, picked, position, device)[:, :vocab_size].float())
+        elif len(active):
             position_dev = position.to(device)
             mask = cache.decode(position_dev, int(position.max()) + 1)  # the length from the host copy: no sync
             if step is not None:
-                logits = step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float()
+                parts.append(step(picked.to(device), position_dev, mask, cache)[:, :vocab_size].float())
             else:
-                logits = _forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache,
-                                  vocab_size)
+                parts.append(_forward(gpt, picked.unsqueeze(1).to(device), position_dev.unsqueeze(1), mask, cache,
+                                      vocab_size))
         position = position + 1
+        if entering:  # continuous batching: the next prompts are encoded into the slots after the active rows
+            parts.append(_prefill(gpt, [prompts[i] for i in entering], cache, vocab_size, device, step,
+                                  first=len(active)))
+            active = torch.cat([active, torch.tensor(entering)])
+            position = torch.cat([position, lengths[entering]])
+        logits = torch.cat(parts) if len(parts) > 1 else parts[0]
     end = int((lengths + response_len).max())
     return tokens[:, :end], log_probs[:, :end], response_len
