@@ -153,7 +153,9 @@ def test_reward_rises_on_a_learnable_rule(learning):
 @pytest.mark.parametrize("flags", [["--tensor-model-parallel-size", "2"], ["--pipeline-model-parallel-size", "2"]],
                          ids=["tp2", "pp2"])
 def test_grpo_layouts_match_single_process(tmp_path, prompts, learning, flags):
-    """The first 2 steps of the learning run again at TP=2 / PP=2: the same rollouts, the same losses.
+    """The first 2 steps of the learning run again at TP=2 / PP=2: the same rollouts, the same losses. These runs
+    decode 5 of their 32 rollout rows at a time (``maxNumSeqs``: at TP2 a response that ends hands its cache slot
+    to the next, at PP2 batches of 5), the learning run all 32 at once: the samples do not depend on it.
 
     Step 1 samples from identical weights; step 2 from weights both layouts updated. Further on, the rounding
     differences of TP's split reductions (~1e-7, amplified by lr 1e-2) eventually flip a sample that sits on a
@@ -164,7 +166,7 @@ def test_grpo_layouts_match_single_process(tmp_path, prompts, learning, flags):
     against TP2's sharded products and PP2's layered loop): a token whose probability ratio sits on the clip's
     boundary may then count on either side, so the clip fraction may differ by one token of one update."""
     cfg = learning_config(prompts, trainIters=2)
-    ours = steps(run(tmp_path, cfg, *flags, nproc=2).stdout)
+    ours = steps(run(tmp_path, cfg, *flags, "--max-num-seqs", "5", nproc=2).stdout)
     assert len(ours) == 2
     rows = cfg["training"]["globalBatchSize"] * cfg["grpo"]["nSamplesPerPrompt"] * cfg["grpo"]["policyUpdates"]
     for i, (a, b) in enumerate(zip(learning, ours), start=1):

@@ -23,6 +23,11 @@ class GrpoConfig(EngineModel):
     """Responses sampled per prompt (the group whose rewards are normalised together)."""
     maxNewTokens: Annotated[PositiveInt, Flag("--max-new-tokens")] = 256
     """Longest response; prompt plus response must fit in training.seqLength."""
+    maxNumSeqs: Annotated[PositiveInt | None, Flag("--max-num-seqs")] = None
+    """Responses a rank decodes at once during the rollout (vLLM's and MindSpeed-RL's max_num_seqs; default: all
+    of its rows): bounds the rollout's KV-cache memory. A response that ends hands its cache slot to the next one
+    waiting (continuous batching at one pipeline stage; with PP > 1 the rows run in batches of this size); the
+    sampled tokens do not depend on it."""
     temperature: Annotated[float, Field(gt=0), Flag("--temperature")] = 1.0
     """Sampling temperature of the rollouts."""
     topP: Annotated[float, Field(gt=0, le=1), Flag("--top-p")] = 1.0

@@ -61,7 +61,8 @@ def roll_out(gpt, prompts: list[list[int]], references: list[str], cfg: GrpoConf
     rows = [p for p in prompts for _ in range(n)]
     sampling = Sampling(top_p=cfg.topP, temperature=cfg.temperature)
     gen = generate_batch(gpt, rows, max_new_tokens=cfg.maxNewTokens, eos_id=tokenizer.eos_token_id,
-                         vocab_size=vocab_size, max_length=seq_length, sampling=sampling, generator=generator)
+                         vocab_size=vocab_size, max_length=seq_length, sampling=sampling, generator=generator,
+                         slots=cfg.maxNumSeqs)
     texts = tokenizer.batch_decode(gen.responses(), skip_special_tokens=True)
     refs = [r for r in references for _ in range(n)]
     rewards = torch.tensor(score(texts, refs, cfg.rewards), dtype=torch.float32)
