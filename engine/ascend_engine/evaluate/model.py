@@ -138,14 +138,15 @@ class InferenceModel:
                 torch.tensor([q for p in positions for q in p], device=self.device))
 
     def _lean_logprobs(self, rows: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor]:
-        """``_logprobs`` by ``LeanForward`` (one stage, TP1): the right-padded rows encoded from position 0 into a
-        cache made for the batch, logits only at the positions read."""
+        """``_logprobs`` by ``LeanForward`` (one stage, TP1): the right-padded rows from position 0 under a causal
+        mask, keeping no cache, logits only at the positions read."""
         from ..models.ragged_cache import RaggedKVCache
 
         ids = self._right_padded(rows)
-        cache = RaggedKVCache(len(rows), ids.shape[1])
-        mask = cache.prefill(torch.arange(len(rows), device=self.device), ids.shape[1])
-        logits = self._lean(ids, cache.positions, mask, cache, read=self._read_index(positions))
+        width = ids.shape[1]
+        positions_of = torch.arange(width, device=self.device).expand(len(rows), width)
+        mask = RaggedKVCache.causal_mask(0, width, self.device)
+        logits = self._lean(ids, positions_of, mask, None, read=self._read_index(positions))
         normalised = torch.log_softmax(logits[:, : self.vocab_size].float(), dim=-1)
         return list(normalised.split([len(p) for p in positions]))
 

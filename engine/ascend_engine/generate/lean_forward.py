@@ -137,7 +137,9 @@ class LeanForward:
         [n or 1, 1, s, keys] (True: a key the token does not see; the cache's ``prefill``, ``extend`` and
         ``decode`` return it) -> logits [k, padded vocabulary] after the tokens at (row, column) pairs ``read``
         (two [k] tensors), by default after each row's last token ([n, ...]). Their keys and values enter the
-        cache at their positions: in the slots ``prefill`` named, else in slots 0..n-1."""
+        cache at their positions: in the slots ``prefill`` named, else in slots 0..n-1. With ``cache`` None the
+        rows are whole texts from position 0 (``mask``: ``RaggedKVCache.causal_mask(0, s, ...)``), attending to
+        their own keys, which nothing keeps."""
         gpt = self.gpt
         if tokens.dim() == 1:
             tokens, positions = tokens.unsqueeze(1), positions.unsqueeze(1)
@@ -152,8 +154,8 @@ class LeanForward:
             cos, sin = self.cos[positions].to(hidden.dtype), self.sin[positions].to(hidden.dtype)  # [n, s, 1, dim]
         # a prompt from position 0 (``cache.prefill``: into any slots) attends to its own new keys alone; other
         # tokens to the past in slots 0..n-1 (made here, not read from the cache: a captured graph keeps it)
-        fresh = not cache.is_decode_only() and not cache.past
-        rows = (cache.rows if fresh else torch.arange(n, device=tokens.device)).unsqueeze(1)
+        fresh = cache is None or (not cache.is_decode_only() and not cache.past)
+        rows = None if cache is None else (cache.rows if fresh else torch.arange(n, device=tokens.device)).unsqueeze(1)
         keys = mask.shape[-1]
         layers = list(zip(gpt.decoder.layers, self.layer_products))
         for index, (layer, (qkv_product, proj_product, fc1_product, fc2_product)) in enumerate(layers):
@@ -168,10 +170,11 @@ class LeanForward:
                 key = attention.k_layernorm(key)
             if cos is not None:
                 query, key = self._rotate(query, cos, sin), self._rotate(key, cos, sin)
-            key_memory, value_memory = cache.memory(attention.layer_number, key.transpose(0, 1),
-                                                    value.transpose(0, 1))
-            key_memory[positions, rows] = key
-            value_memory[positions, rows] = value
+            if cache is not None:
+                key_memory, value_memory = cache.memory(attention.layer_number, key.transpose(0, 1),
+                                                        value.transpose(0, 1))
+                key_memory[positions, rows] = key
+                value_memory[positions, rows] = value
             if fresh:
                 past_keys, past_values = key.transpose(1, 2), value.transpose(1, 2)
             else:  # [positions, slots, groups, dim] views of [slots, groups, positions, dim] buffers

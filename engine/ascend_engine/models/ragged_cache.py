@@ -27,7 +27,7 @@ class RaggedKVCache(StaticInferenceContext):
         self.rows = rows
         self.positions = torch.arange(length, device=rows.device).unsqueeze(0).expand(len(rows), length)
         self.kv_length, self.past = length, 0
-        return self._causal(0, length, rows.device)
+        return self.causal_mask(0, length, rows.device)
 
     def extend(self, rows: int, start: int, length: int, device) -> torch.Tensor:
         """The next forward feeds ``length`` tokens to each of slots 0..rows-1 at positions start.., on top of the
@@ -39,10 +39,11 @@ class RaggedKVCache(StaticInferenceContext):
         self.positions = torch.arange(start, start + length, device=self.rows.device).unsqueeze(0).expand(
             rows, length)
         self.kv_length, self.past = start + length, start
-        return self._causal(start, length, device)
+        return self.causal_mask(start, length, device)
 
     @staticmethod
-    def _causal(start: int, length: int, device) -> torch.Tensor:
+    def causal_mask(start: int, length: int, device) -> torch.Tensor:
+        """[1, 1, length, start + length], True where a key lies after the query (queries at start..)."""
         keys = torch.arange(start + length, device=device)
         queries = torch.arange(start, start + length, device=device)
         return (keys.unsqueeze(0) > queries.unsqueeze(1)).view(1, 1, length, start + length)
