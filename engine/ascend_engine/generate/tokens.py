@@ -50,8 +50,8 @@ def pick_tokens(logits: torch.Tensor, sampling: Sampling, uniform: torch.Tensor 
     depend on its own distribution and numbers only, not on which rows share its forward or when it reaches a
     position, and two nearly equal probabilities that swap places under rounding (another TP layout) do not move
     the boundaries between tokens."""
-    if sampling.top_p is None:
-        return logits.argmax(dim=-1)
+    if sampling.top_p is None:  # max's index is argmax's (the first of equal maxima); on CPU at 2x its speed
+        return logits.max(dim=-1).indices
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
     if sampling.top_p >= 1.0:  # every token kept: no sort (GRPO's default; the sort was a tenth of a rollout)
         kept = probs
