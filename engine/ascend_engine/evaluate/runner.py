@@ -77,12 +77,11 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
     backend = select_backend(cfg.device)
     say("evaluate", f"importing Megatron-core and setting up the {backend.name} device", started)
     backend.apply()
-    from transformers import AutoTokenizer
-
     from ..generate.loading import load_model, read_args
     from ..parallel import destroy_parallel, init_parallel
     from ..prep.templates import load_template
     from ..telemetry import Progress
+    from ..tokenizer import load_tokenizer
     from .model import InferenceModel
     from .report import format_table, status_summary, task_result, write_json, report_to_termination_message
     from .sandbox import humaneval_program, require_isolation, run_program
@@ -119,7 +118,8 @@ def evaluate(cfg: EvaluateConfig) -> list[dict] | None:
         say("evaluate", f"loading the model from {root}", started)
         iteration, args = read_args(root)
         model_cfg, gpt, max_len = load_model(root, iteration, args, info.tp_rank, info.pp_rank, backend.torch_device)
-        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
+        # lm-eval and a chat template take transformers' tokenizer; else it is often tokenizer.json alone
+        tokenizer = load_tokenizer(cfg.tokenizerNameOrPath, chat_template=manager is not None or cfg.hfChatTemplate)
         check_vocabulary(tokenizer, model_cfg.vocabSize, cfg.load, cfg.tokenizerNameOrPath)
         model = InferenceModel(gpt, model_cfg.vocabSize, max_len, info, backend.torch_device)
         if manager is not None:

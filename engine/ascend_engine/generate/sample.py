@@ -12,9 +12,8 @@ def generate(cfg: GenerateConfig) -> str | None:
 
     backend = select_backend(cfg.device)
     backend.apply()
-    from transformers import AutoTokenizer
-
     from ..parallel import destroy_parallel, init_parallel
+    from ..tokenizer import load_tokenizer
     from .batched import generate_batch
     from .tokens import Sampling
     from .loading import layout, load_model, read_args
@@ -23,7 +22,7 @@ def generate(cfg: GenerateConfig) -> str | None:
     tp, pp = layout(args)
     info = init_parallel(backend, tp, pp, cfg.seed)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizerNameOrPath)
+        tokenizer = load_tokenizer(cfg.tokenizerNameOrPath)
         model, gpt, max_len = load_model(cfg.load, iteration, args, info.tp_rank, info.pp_rank,
                                          backend.torch_device)
         tokens = tokenizer(cfg.prompt, add_special_tokens=False)["input_ids"] if cfg.prompt else []
