@@ -20,7 +20,9 @@ one drawn at a random point of each row's full response, as real answers (GSM8K'
 transformers gets them as its end-of-sequence list, runs a batch until its last row ends (lm-evaluation-harness'
 way with transformers), and ours also runs as it did before continuous batching (``ours, batches``). ``--whole-process`` times whole processes instead: ``ascend-engine
 evaluate`` on the Megatron checkpoint against a transformers script that loads the HF directory and scores the
-same prompts (start-up, loading and reading counted on both sides).
+same prompts (start-up, loading and reading counted on both sides); with ``--generate N`` too, ``evaluate
+--task gsm8k`` on GSM8K-layout prompts against a transformers script generating for them (completions checked
+equal).
 
 Rounds interleave the variants so drift in machine load hits all alike; median and spread of the rates and of
 the per-round ratios are printed.
@@ -28,11 +30,13 @@ the per-round ratios are printed.
     python benchmarks/evaluate.py [--device cpu|cuda] [--questions 256 --question-tokens 40 --shots 5 0 --batch 16]
     python benchmarks/evaluate.py --whole-process --questions 256 --shots 5
     python benchmarks/evaluate.py --generate 128 --questions 16 --prompt-tokens 200 --batch 16
+    python benchmarks/evaluate.py --whole-process --generate 128 --questions 32
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import statistics
@@ -215,7 +219,7 @@ def main() -> None:
                f"{args.device}, batch {args.batch}, {args.threads or torch.get_num_threads()} threads, "
                f"{args.rounds} interleaved rounds")
     if args.whole_process:
-        whole_process(args, work, words, machine)
+        (whole_process_generation if args.generate else whole_process)(args, work, words, machine)
         shutil.rmtree(work, ignore_errors=True)
         return
     backend = select_backend(args.device)
@@ -335,6 +339,82 @@ def whole_process(args, work: Path, words: int, machine: str) -> None:
         report(f"whole process, {args.questions} questions in {args.subjects} subjects, {shot}-shot, questions "
                f"~{args.question_tokens} tokens; {machine}; load average {os.getloadavg()[0]:.1f}", rates,
                "questions/s", CPU)
+
+
+PEER_GENERATE_SCRIPT = r"""
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from ascend_engine.evaluate.answers import cut_at_stop
+from ascend_engine.evaluate.tasks import load_task
+torch.set_num_threads(int(sys.argv[3]) or torch.get_num_threads())
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+device, b, new = torch.device(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+hf = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, attn_implementation="sdpa")
+hf = hf.eval().to(device)
+questions = load_task("gsm8k", sys.argv[2], 0)
+rows = tok([q.prompt for q in questions])["input_ids"]
+order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+out = [None] * len(rows)
+with torch.inference_mode():
+    for i in range(0, len(order), b):
+        chunk = order[i: i + b]
+        width = max(len(rows[j]) for j in chunk)
+        ids = torch.tensor([[0] * (width - len(rows[j])) + rows[j] for j in chunk], device=device)
+        mask = torch.tensor([[0] * (width - len(rows[j])) + [1] * len(rows[j]) for j in chunk], device=device)
+        got = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, use_cache=True,
+                          eos_token_id=tok.eos_token_id, pad_token_id=0)
+        for j, row in zip(chunk, got[:, width:].tolist()):
+            row = row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row
+            out[j] = cut_at_stop(tok.decode(row, skip_special_tokens=True), questions[j].stop)
+print(json.dumps(out))
+"""
+
+
+def whole_process_generation(args, work: Path, words: int, machine: str) -> None:
+    """``ascend-engine evaluate --task gsm8k`` against a transformers script generating for the same GSM8K-layout
+    prompts (``--prompt-tokens`` random words each, 0-shot; greedy, up to ``--generate`` tokens, batches of
+    ``--batch`` longest first); whole processes, start-up counted. The peer stops a row at the end-of-sequence
+    token only and cuts the stop strings afterwards, sparing it the per-step check ours makes; the completions of
+    both must be equal."""
+    import random
+
+    rng = random.Random(2)
+    data = work / "gsm8k"
+    data.mkdir(exist_ok=True)
+    lines = []
+    for _ in range(args.questions):
+        n = rng.randint(int(args.prompt_tokens * 0.75), int(args.prompt_tokens * 1.25)) - 3  # "Question:", "Answer:"
+        lines.append(json.dumps({"question": " ".join(f"w{rng.randrange(words)}" for _ in range(n)),
+                                 "answer": f"w1 w2 #### {rng.randrange(100)}"}))
+    (data / "test.jsonl").write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or os.cpu_count())}
+    results = work / "gsm8k-results.json"
+    ours = [sys.executable, "-m", "ascend_engine.cli", "evaluate", "--device", args.device, "--task", "gsm8k",
+            "--task-data-path", str(data), "--load", str(work / "mg"), "--tokenizer-name-or-path", str(work / "hf"),
+            "--shot", "0", "--max-new-tokens", str(args.generate), "--evaluation-batch-size", str(args.batch),
+            "--results-path", str(results)]
+    peer = [sys.executable, "-c", PEER_GENERATE_SCRIPT, str(work / "hf"), str(data), str(args.threads),
+            args.device, str(args.batch), str(args.generate)]
+    outputs = {}
+
+    def run(name, cmd):
+        def go():
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            outputs[name] = proc.stdout
+        return go
+
+    variants = {"ours": run("ours", ours), "transformers": run("transformers", peer)}
+    for go in variants.values():  # once before timing: the completions must agree
+        go()
+    theirs = json.loads(outputs["transformers"].strip().splitlines()[-1])
+    mine = [row["completion"] for row in json.loads(results.read_text())["results"][0]["predictions"]]
+    assert mine == theirs, "our completions differ from transformers'"
+    print(f"  completions equal, {statistics.mean(len(c.split()) for c in mine):.1f} words on average", flush=True)
+    rates = interleave(variants, args.rounds, args.questions)
+    report(f"whole process, {args.questions} GSM8K-layout questions of ~{args.prompt_tokens} tokens, up to "
+           f"{args.generate} new tokens each (greedy); {machine}; load average {os.getloadavg()[0]:.1f}", rates,
+           "questions/s", CPU)
 
 
 def generate_side_by_side(args, ours, hf, device, by_length) -> None:
