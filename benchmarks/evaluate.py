@@ -443,7 +443,7 @@ def generate_side_by_side(args, ours, hf, device, by_length) -> None:
 
     def generate_ours(questions=None):  # what generate_answers does: longest prompts first, ``b`` rows at once
         questions = questions or rows
-        order = sorted(range(len(questions)), key=lambda i: -len(questions[i]))
+        order = by_length(list(range(len(questions))), lambda i: len(questions[i]))
         out = [None] * len(questions)
         for j, new in zip(order, ours.generate([questions[j] for j in order], args.generate, None, finished,
                                                batch_size=b)):

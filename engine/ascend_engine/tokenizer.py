@@ -22,9 +22,9 @@ REWRITING_KEYS = ("add_bos_token", "add_eos_token")
 def load_tokenizer(name_or_path: str, chat_template: bool = False):
     """``name_or_path``'s tokenizer: a ``FileTokenizer`` where transformers would use ``tokenizer.json`` unchanged
     and no chat template is needed, else transformers' ``AutoTokenizer``."""
-    directory = Path(name_or_path)
-    if not chat_template and FileTokenizer.reads_verbatim(directory):
-        return FileTokenizer(directory)
+    tokenizer = None if chat_template else FileTokenizer.read(Path(name_or_path))
+    if tokenizer is not None:
+        return tokenizer
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name_or_path)
@@ -38,41 +38,46 @@ def _content(token) -> str | None:
 class FileTokenizer:
     """The part of transformers' tokenizer interface the inference commands use, over ``tokenizers.Tokenizer``."""
 
-    def __init__(self, directory: Path):
-        from tokenizers import Tokenizer
-
-        config = json.loads((directory / "tokenizer_config.json").read_text())
+    def __init__(self, directory: Path, config: dict, tokenizer):
         self.name_or_path = str(directory)
         self.chat_template = None
-        self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        self._tokenizer.no_padding()  # as transformers' calls without padding= or truncation=
-        self._tokenizer.no_truncation()
+        self._tokenizer = tokenizer
+        tokenizer.no_padding()  # as transformers' calls without padding= or truncation=
+        tokenizer.no_truncation()
         for key in NAMED_TOKENS:
             token = _content(config.get(key))
             setattr(self, key, token)
-            setattr(self, f"{key}_id", None if token is None else self._tokenizer.token_to_id(token))
+            setattr(self, f"{key}_id", None if token is None else tokenizer.token_to_id(token))
 
-    @staticmethod
-    def reads_verbatim(directory: Path) -> bool:
-        """Whether transformers would tokenize exactly as ``directory/tokenizer.json`` does (module docstring)."""
+    @classmethod
+    def read(cls, directory: Path) -> FileTokenizer | None:
+        """``directory``'s tokenizer, each file read once; None where transformers would not tokenize exactly as
+        its ``tokenizer.json`` does (module docstring) or the files cannot be read."""
+        from tokenizers import Tokenizer
+
         try:
             config = json.loads((directory / "tokenizer_config.json").read_text())
-            file = json.loads((directory / "tokenizer.json").read_text())
         except (OSError, ValueError):
-            return False
+            return None
         if config.get("tokenizer_class") not in VERBATIM_CLASSES or config.get("split_special_tokens"):
-            return False
-        if any(key in config for key in REWRITING_KEYS):
-            return False
-        if config.get("clean_up_tokenization_spaces") and file.get("model", {}).get("type") != "BPE":
-            return False
-        added = {t["content"]: bool(t.get("special")) for t in file.get("added_tokens", [])}
+            return None
+        if any(key in config for key in REWRITING_KEYS) or not (directory / "tokenizer.json").is_file():
+            return None
+        try:
+            tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception:  # not a tokenizers file: transformers' own loading says why
+            return None
+        if config.get("clean_up_tokenization_spaces") and type(tokenizer.model).__name__ != "BPE":
+            return None
+        added = {t.content: t.special for t in tokenizer.get_added_tokens_decoder().values()}
         extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
         named = [_content(config.get(key)) for key in NAMED_TOKENS]
         named += [_content(t) for t in (extra.values() if isinstance(extra, dict) else extra)]
         declared = [(t["content"], bool(t.get("special"))) for t in (config.get("added_tokens_decoder") or {}).values()]
-        return (all(added.get(token) for token in named if token is not None)
-                and all(added.get(token) == special for token, special in declared))
+        if all(added.get(token) for token in named if token is not None) and \
+                all(added.get(token) == special for token, special in declared):
+            return cls(directory, config, tokenizer)
+        return None
 
     def __len__(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)

@@ -135,7 +135,7 @@ def generate_answers(model, prompter: Prompter, questions: list[OpenQuestion], m
     stop sequences and returned in the questions' order."""
     tok = prompter.tokenizer
     prompts = prompter.encode_many([q.prompt for q in questions])
-    order = sorted(range(len(questions)), key=lambda i: -len(prompts[i]))
+    order = by_length(list(range(len(questions))), lambda i: len(prompts[i]))
 
     def finished(row, new):
         return any(s in tok.decode(new) for s in questions[order[row]].stop)
