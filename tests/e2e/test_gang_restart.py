@@ -131,6 +131,9 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
         served = urllib.request.urlopen(f"http://127.0.0.1:{_operator_metrics_port(cluster)}/metrics",
                                         timeout=5).read().decode()
         events = _kubectl(cluster, "get", "events", "--field-selector", "involvedObject.name=resume")
+        declared = sum(int(n) for n in _kubectl(  # every Stalled declaration: an event each, or a repeat's count
+            cluster, "get", "events", "--field-selector", "involvedObject.name=resume,reason=Stalled", "-o",
+            "jsonpath={.items[*].count}").split())
         resources.close()
         if tracked:
             from mlflow import MlflowClient
@@ -172,11 +175,15 @@ def test_frozen_rank_is_stalled_and_the_gang_resumes_from_the_previous_checkpoin
     assert len(loaded) == 1 and 5 <= loaded[0] < newest, log[-3000:]
     assert "WARNING checkpoint" in log and f"iteration {newest} is damaged" in log
     assert 'ascend_operator_gang_restarts_total{kind="AscendTrainJob",reason="Stalled"} 1.0' in served
-    assert 'ascend_operator_stalls_total{kind="AscendTrainJob"} 1.0' in served
-    # kubectl get events: the stall, rank 0's stacks, and the engine's checkpoint fallback, each once.
+    # The frozen gang's declaration, and on a loaded machine perhaps one more: the resumed attempt may go past the
+    # fixed 10 s between two advances the operator sees, a declaration withdrawn at the next advance (the final
+    # condition above is False, and there was one restart). The counter counts every declaration.
+    assert declared >= 1 and f'ascend_operator_stalls_total{{kind="AscendTrainJob"}} {declared:.1f}' in served, \
+        (declared, [line for line in served.splitlines() if "stalls" in line])
+    # kubectl get events: the stall, rank 0's stacks, and the engine's checkpoint fallback.
     rows = [line.split(None, 4) for line in events.splitlines()[1:]]
     reasons = [row[2] for row in rows]
-    assert reasons.count("Stalled") == 1 and reasons.count("StackDump") == 1, events
+    assert reasons.count("Stalled") >= 1 and reasons.count("StackDump") >= 1, events
     fallback = [row for row in rows if row[2] == "CheckpointFallback"]
     assert len(fallback) == 1 and fallback[0][1] == "Warning", events
     assert f"iteration {newest} is damaged" in fallback[0][4] and f"resuming from iteration {loaded[0]}" in \
