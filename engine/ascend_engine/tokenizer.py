@@ -84,12 +84,13 @@ class FileTokenizer:
         if any(key in config for key in TEMPLATE_KEYS) and tokenizer.post_processor is not None and \
                 tokenizer.post_processor.num_special_tokens_to_add(False):
             return None  # transformers' template then adds nothing, where the file's adds tokens
-        if family and not _builds_qwen2(tokenizer, config):
+        added_tokens = tokenizer.get_added_tokens_decoder()
+        if family and not _builds_qwen2(tokenizer, added_tokens, config):
             return None
         named = {key: _content(config.get(key)) for key in NAMED_TOKENS}
         if family:
             named.update({key: token for key, token in QWEN2_DEFAULT_TOKENS.items() if key not in config})
-        added = {t.content: t.special for t in tokenizer.get_added_tokens_decoder().values()}
+        added = {t.content: t.special for t in added_tokens.values()}
         extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
         specials = [*named.values(), *(_content(t) for t in (extra.values() if isinstance(extra, dict) else extra))]
         declared = [(t["content"], bool(t.get("special"))) for t in (config.get("added_tokens_decoder") or {}).values()]
@@ -118,19 +119,18 @@ class FileTokenizer:
         return self._tokenizer.decode_batch([list(r) for r in rows], skip_special_tokens=skip_special_tokens)
 
 
-def _builds_qwen2(tokenizer, config: dict) -> bool:
+def _builds_qwen2(tokenizer, added_tokens: dict, config: dict) -> bool:
     """Whether Qwen2Tokenizer's code, given this file's vocabulary and merges, builds the file's own pipeline: a
     plain BPE, NFC, Qwen2's split then bytes, a byte-level decoder (whose flags do not change decoding; the
     pre-tokenizer's ``trim_offsets`` changes only offsets). The class takes its added tokens from the config's
-    ``added_tokens_decoder`` where there is one, so that must list the file's, alike."""
+    ``added_tokens_decoder`` where there is one, so that must list the file's (``added_tokens``), alike."""
     model = tokenizer.model
     if type(model).__name__ != "BPE" or model.dropout is not None or model.unk_token is not None or model.fuse_unk \
             or model.byte_fallback or model.ignore_merges or model.continuing_subword_prefix \
             or model.end_of_word_suffix:
         return False
-    state = [None if part is None else json.loads(part.__getstate__())
-             for part in (tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.decoder)]
-    normalizer, pre_tokenizer, decoder = state
+    parts = (tokenizer.normalizer, tokenizer.pre_tokenizer, tokenizer.decoder)
+    normalizer, pre_tokenizer, decoder = (None if part is None else json.loads(part.__getstate__()) for part in parts)
     if normalizer != {"type": "NFC"} or (decoder or {}).get("type") != "ByteLevel":
         return False
     split = {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False}
@@ -144,4 +144,4 @@ def _builds_qwen2(tokenizer, config: dict) -> bool:
         return True
     flags = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
     return all({k: declared.get(str(i), {}).get(k) for k in flags} == {k: getattr(t, k) for k in flags}
-               for i, t in tokenizer.get_added_tokens_decoder().items())
+               for i, t in added_tokens.items())
