@@ -72,6 +72,23 @@ def test_override_continues_on_this_runs_schedule_and_use_checkpoint_keeps_the_o
     assert kept.get_lr(group) == _scheduler(_config(10), steps=9).get_lr(group)
 
 
+def test_the_schedule_is_set_to_the_checkpoints_step_whether_the_scheduler_is_fresh_or_has_run():
+    """A resume loads into a fresh scheduler (0 steps); a numerics rollback into the running one, whose 11 steps
+    megatron-core's load_state_dict would add the checkpoint's 8 to (cosine at its floor for the rest of the run)."""
+    cfg = _config(20)
+    saved = _scheduler(cfg, steps=8).state_dict()
+    fresh = _resume(cfg, saved)
+    trainer = SimpleNamespace(cfg=cfg, scheduler=_scheduler(cfg, steps=11), info=SimpleNamespace(rank=0))
+    _restore_scheduler(trainer, saved, "ckpt/iter_0000008/mp_rank_00/model_optim_rng.pt")
+    group = {}
+    for restored in (fresh, trainer.scheduler):
+        assert restored.num_steps == 8
+        assert restored.state_dict() == saved
+        assert restored.get_lr(group) == _scheduler(cfg, steps=8).get_lr(group) > 1e-4
+        # the optimizer's rates are the restored step's, before the next step() moves them
+        assert restored.optimizer.param_groups[0]["lr"] == restored.get_lr(group)
+
+
 def test_schedule_flags_parse_and_exclude_each_other(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
 

@@ -247,12 +247,20 @@ def _load_chunk(gpt, saved: dict, where, adapters: bool) -> None:
 
 def _restore_scheduler(trainer, saved: dict, where) -> None:
     """The schedule position always comes from the checkpoint; its shape only if it agrees with this run or the
-    run says which one wins (the scheduler was built with the same choice, see ``train.optim``)."""
+    run says which one wins (the scheduler was built with the same choice, see ``train.optim``).
+
+    megatron-core's ``OptimizerParamScheduler.load_state_dict`` does not set the step count, it adds the saved one
+    to the live one (``self.step(increment=num_steps)``), and sets the weight-decay values after that step. A
+    freshly built scheduler is at 0, so a resume comes out right, but a numerics rollback reloads into the running
+    scheduler: 11 steps + the checkpoint's 8 put the schedule at 19 and a cosine decay at its floor for the rest
+    of the run. So the count is zeroed first, and the rates are set again once every value is loaded."""
     o = trainer.cfg.optimizer
     differences = schedule_differences(trainer.scheduler, saved)
     if differences and not (o.overrideOptParamScheduler or o.useCheckpointOptParamScheduler):
         raise CheckpointMismatch(mismatch_message(where, differences))
+    trainer.scheduler.num_steps = 0
     trainer.scheduler.load_state_dict(saved)
+    trainer.scheduler.step(increment=0)  # lr and weight decay from the loaded count and the loaded values
     if differences and trainer.info.rank == 0:
         kept = "this run's" if o.overrideOptParamScheduler else "the checkpoint's"
         print(f"learning-rate schedule: using {kept} values where they differ: {'; '.join(differences)}",

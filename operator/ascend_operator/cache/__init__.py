@@ -1,0 +1,1 @@
+"""What the operator knows of the cluster: informers, their caches and the work queue."""

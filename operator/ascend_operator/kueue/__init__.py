@@ -1,0 +1,1 @@
+"""The operator as Kueue's controller for its own kinds."""
