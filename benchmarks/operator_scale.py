@@ -57,7 +57,7 @@ import yaml
 from ascend_cluster.cluster import OPERATOR_ACCOUNT, OPERATOR_TOKEN_S, operator_rbac
 from ascend_cluster.controlplane import ControlPlane, write_kubeconfig
 from ascend_cluster.resource_client import ResourceClient
-from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
+from ascend_operator.client.rbac import LEADER_ELECTION_RULES, rules
 from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parents[1]

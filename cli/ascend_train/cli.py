@@ -92,7 +92,7 @@ def _memory_refusals(docs: list[dict[str, Any]]) -> list[str]:
     the model refuses is left to the server, which names its field."""
     from pydantic import ValidationError
 
-    from ascend_operator import plan
+    from ascend_operator.kinds import plan
     from ascend_operator.api.train_job import AscendTrainJobSpec
 
     refused = []
@@ -306,7 +306,7 @@ def validate(args: argparse.Namespace) -> int:
 
 def _warn_near_memory(doc: dict[str, Any]) -> None:
     """A printed warning for a job whose largest stage is over 90% of its device's memory (docs/plan.md)."""
-    from ascend_operator import plan
+    from ascend_operator.kinds import plan
     from ascend_operator.api.train_job import AscendTrainJobSpec
 
     near = plan.warning(plan.job_plan(AscendTrainJobSpec.model_validate(doc["spec"])))
@@ -317,7 +317,7 @@ def _warn_near_memory(doc: dict[str, Any]) -> None:
 def plan(args: argparse.Namespace) -> int:
     """Each AscendTrainJob's per-device memory estimate per pipeline stage, against its device's memory."""
     from ascend_engine.plan.memory import table
-    from ascend_operator import plan as job_plan
+    from ascend_operator.kinds import plan as job_plan
     from ascend_operator.api.train_job import AscendTrainJobSpec
     from ascend_operator.validation import validate_text
 

@@ -154,9 +154,9 @@ class LocalCluster:
 
     def operator_kubeconfig(self) -> Path:
         """The operator's credentials: a token of its ServiceAccount, bound (ClusterRole and, for its Lease, a Role)
-        to exactly the rules its Helm chart grants (``ascend_operator.permissions``, which the chart is rendered
+        to exactly the rules its Helm chart grants (``ascend_operator.client.permissions``, which the chart is rendered
         from), so a call the chart does not allow fails with kube-apiserver's 403, as it would on a cluster."""
-        from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
+        from ascend_operator.client.rbac import LEADER_ELECTION_RULES, rules
 
         namespace, name = OPERATOR_ACCOUNT
         with self.client() as resources:

@@ -40,7 +40,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def _first_watch(namespaces: list[str]) -> None:
     """One short watch on AscendTrainJobs with the operator's credentials (readiness)."""
     from .api.group import API_GROUP, API_VERSION, TRAIN_JOB
-    from .handlers.common import kube
+    from .client.kubeclient import kube
 
     path = f"/apis/{API_GROUP}/{API_VERSION}"
     path += f"/namespaces/{quote(namespaces[0])}/{TRAIN_JOB.plural}" if namespaces else f"/{TRAIN_JOB.plural}"
@@ -55,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
     from kubernetes import client
 
-    from . import handlers  # noqa: F401  (registers the handlers)
+    from .kinds import single_pod, train_job  # noqa: F401  (registers the kinds)
+    from .lifecycle import startup  # noqa: F401  (kopf's start-up and clean-up handlers)
     from . import settings
-    from .handlers.common import kube
+    from .client.kubeclient import kube
     from .health import Probes, first_watch_answered
     from .leader_election import LeaderElector, LeaseTimings
 
-    from .handlers import lifecycle
+    from .lifecycle import reconcile as lifecycle
     lifecycle.WATCHED_NAMESPACES[:] = args.namespace  # the pod informer watches what kopf watches
     kopf.configure(verbose=args.verbose)  # kopf sets up logging itself (one line per record)
     stop, kopf_ready, watching = threading.Event(), threading.Event(), threading.Event()
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     # (STOPPING: no retries, queued reconciles return) and bounds the exit by SHUTDOWN_GRACE_S, which kopf's
     # own handling does not (it waits for every worker thread, each retrying against an API server that may be
     # gone).
-    from .kubeclient import STOPPING
+    from .client.kubeclient import STOPPING
 
     def on_signal(signum: int, _frame: object) -> None:
         logging.getLogger(__name__).info("%s received: stopping within %.0fs", signal.Signals(signum).name,

@@ -25,7 +25,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel
 
-from . import history
+from .progress import history
 from .api.group import (API_GROUP, API_VERSION, KINDS, LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME,
                         LABEL_REPLICA_INDEX, TRAIN_JOB, Kind)
 from .validation import Problem, validate_text

@@ -38,7 +38,7 @@ LEASE_RETRY_PERIOD_S = float(os.environ.get("ASCEND_OPERATOR_LEASE_RETRY_PERIOD"
 ALLOW_HOST_NETWORK = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_NETWORK", "true").lower() == "true"
 ALLOW_HOST_PATH = os.environ.get("ASCEND_OPERATOR_ALLOW_HOST_PATH", "false").lower() == "true"
 # What the Pod Security Standards' baseline and restricted levels govern in a container's securityContext:
-# denied unless the chart's jobPodPolicy allows it (see handlers/pod_policy.py).
+# denied unless the chart's jobPodPolicy allows it (see kinds/pod_policy.py).
 ALLOW_PRIVILEGED = os.environ.get("ASCEND_OPERATOR_ALLOW_PRIVILEGED", "false").lower() == "true"
 ALLOW_PRIVILEGE_ESCALATION = os.environ.get("ASCEND_OPERATOR_ALLOW_PRIVILEGE_ESCALATION", "false").lower() == "true"
 ALLOW_UNMASKED_PROC_MOUNT = os.environ.get("ASCEND_OPERATOR_ALLOW_UNMASKED_PROC_MOUNT", "false").lower() == "true"

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ascend_engine.config.loader import yaml_lines
 
-from . import plan
+from .kinds import plan
 from .api.crdgen import crd
 from .api.group import API_GROUP as GROUP, TRAIN_JOB
 from .api.resources import RESOURCES
@@ -134,7 +134,7 @@ def _runtime_problems(nodes: list[Any], docs: list[Any], source: str) -> list[Pr
     """A job that names a training runtime given in the same text, checked against it as the operator will check it
     (runtimes.resolve: locked fields, an image from one of them): refused here, before anything is applied. A
     runtime that is not in the text is the cluster's, and the operator checks against it."""
-    from . import runtimes  # here: the merge needs the job CRD's schema, built on first use
+    from .kinds import runtimes  # here: the merge needs the job CRD's schema, built on first use
 
     given = {(d.get("kind"), ((d.get("metadata") or {}).get("namespace") or "default")
               if d.get("kind") == "AscendTrainingRuntime" else None, (d.get("metadata") or {}).get("name")): d

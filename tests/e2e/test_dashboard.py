@@ -162,7 +162,7 @@ def _status(resources, kind: str, name: str, status: dict) -> None:
 
 
 def _history(resources, job: dict, points: list) -> None:
-    from ascend_operator.history import config_map
+    from ascend_operator.progress.history import config_map
 
     resources.apply(config_map(job, points))
 

@@ -64,10 +64,10 @@ def test_status_is_written_through_its_subresource_only(kubeconfig):
 
 
 def test_the_charts_rbac_grants_what_the_operator_uses_and_no_more(control_plane, namespace):
-    """The chart's ServiceAccount, bound to exactly the rules it grants (``ascend_operator.permissions``): what the
+    """The chart's ServiceAccount, bound to exactly the rules it grants (``ascend_operator.client.permissions``): what the
     operator calls works, Secrets and other namespaces' Leases are kube-apiserver's 403 naming user, verb and
     resource."""
-    from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
+    from ascend_operator.client.rbac import LEADER_ELECTION_RULES, rules
 
     name = f"ascend-train-operator-{namespace}"  # its ClusterRole and ClusterRoleBinding are the test's own
     objects = operator_rbac(namespace, name, rules(), LEADER_ELECTION_RULES)
@@ -106,7 +106,7 @@ def test_the_charts_rbac_grants_what_the_operator_uses_and_no_more(control_plane
 def test_the_operators_repeated_events_are_one_event_with_a_count(kubeconfig, namespace, monkeypatch):
     """As client-go's recorder: a repeat bumps count and LAST SEEN of the first Event; a deleted one is made anew."""
     from kubernetes.config import kube_config
-    from ascend_operator.kubeclient import Kube
+    from ascend_operator.client.kubeclient import Kube
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     kube = Kube()
     owner = kube._json("POST", f"/api/v1/namespaces/{namespace}/configmaps", {  # any object with a uid

@@ -19,7 +19,8 @@ import yaml
 
 from ascend_cluster.controlplane import write_kubeconfig
 from ascend_cluster.resource_client import ResourceClient
-from ascend_operator.handlers import lifecycle, single_pod, train_job  # noqa: F401 -- registers the job kinds
+from ascend_operator.lifecycle import reconcile as lifecycle
+from ascend_operator.kinds import single_pod, train_job
 from ascend_operator.render import single_pod as single_pod_render
 from ascend_train.cli import main as ascend_train
 from test_kubectl import job_named, kubectl, pytestmark, write  # noqa: F401 -- the same kubectl and marks

@@ -163,6 +163,22 @@ def test_a_layout_that_cannot_be_split_is_refused_with_its_numbers(control_plane
             "parallel.tensorModelParallelSize (2) must divide model.numAttentionHeads (3)") in message, message
 
 
+def test_a_layout_megatron_core_refuses_is_refused_at_apply(control_plane, namespace):
+    """Issue 49's example, sequence parallelism over a sequence TP does not divide (megatron-core's first step fails
+    with 'First dimension of the tensor should be divisible by tensor parallel size', tests/engine/
+    test_train_shape_refusals.py), and a router megatron-core refuses: 422, each field named with its figures."""
+    job = {"apiVersion": "ascendtrain.dev/v1alpha1", "kind": "AscendTrainJob", "metadata": {"name": "sp"},
+           "spec": {"image": "x", "nnodes": 1, "nprocPerNode": 2,
+                    "train": {"model": {"numExperts": 4, "moeRouterTopk": 1},
+                              "parallel": {"tensorModelParallelSize": 2, "sequenceParallel": True},
+                              "training": {"seqLength": 63}}}}
+    message = refusal(control_plane, namespace, job)
+    assert ("spec.train.training.seqLength: Invalid value: training.seqLength (63) must be a multiple of "
+            "parallel.tensorModelParallelSize (2) with sequenceParallel") in message, message
+    assert "spec.train.model.moeRouterTopk: Invalid value: model.moeRouterTopk 1 needs model.moeRouterPreSoftmax" \
+        in message, message
+
+
 # -- evaluation-only jobs -----------------------------------------------------------------------------------------
 
 EVALUATION = {"task": ["mmlu"], "taskDataPath": ["/data/mmlu/test"], "tokenizerNameOrPath": "/models/qwen3",

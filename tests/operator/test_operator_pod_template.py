@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ascend_operator.handlers import create_errors
+from ascend_operator.lifecycle import create_errors
 from test_operator_lifecycle import events_of
 from test_operator_train_job import (GROUP, PLURAL, VERSION, create, get_job, job, operator,  # noqa: F401
                                      phase_is, pods_of, set_pod_phase, wait_for)

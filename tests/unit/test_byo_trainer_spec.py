@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from ascend_engine.megatron_log import MegatronLogReader, seq_length_from_argv
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.progress import scrape
+from ascend_operator.progress.scrape import scrape
 from ascend_operator.render import train_job as render
 from ascend_operator.validation import validate_text
 

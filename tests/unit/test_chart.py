@@ -301,7 +301,7 @@ def test_the_examples_that_name_a_chart_runtime_resolve_against_it(chart):
     """Examples leave the image, devices and HCCL to the chart's runtimes (docs/runtimes.md): merged with the
     runtime they name, each resource is valid for its kind and runs the runtime's image on its devices."""
     from ascend_operator.api.resources import RESOURCES
-    from ascend_operator.runtimes import resolve
+    from ascend_operator.kinds.runtimes import resolve
 
     runtimes = {d["metadata"]["name"]: d for d in by_kind(render(chart, {}), "ClusterAscendTrainingRuntime")}
     named = 0

@@ -1,4 +1,4 @@
-"""The chart grants exactly what the operator's code declares (``ascend_operator.permissions.rules()``), in
+"""The chart grants exactly what the operator's code declares (``ascend_operator.client.permissions.rules()``), in
 both install modes; a new ``@uses`` in the operator without ``make crds`` fails here."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from ascend_operator.rbac import LEADER_ELECTION_RULES, rules
+from ascend_operator.client.rbac import LEADER_ELECTION_RULES, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ascend-train-operator"

@@ -7,12 +7,12 @@ import datetime as dt
 
 import pytest
 
-from ascend_operator import elastic
+from ascend_operator.recovery import elastic
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.capacity import pods_that_fit
-from ascend_operator.job_pods import JobPods, slim
+from ascend_operator.recovery.capacity import pods_that_fit
+from ascend_operator.cache.job_pods import JobPods, slim
 from ascend_operator.render import train_job as render
-from ascend_operator.status import derive
+from ascend_operator.lifecycle.status import derive
 
 DEVICE = "huawei.com/Ascend910"
 AT = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)

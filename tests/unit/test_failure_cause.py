@@ -7,7 +7,7 @@ import sys
 
 from ascend_engine.cli import main as engine_main
 from ascend_operator.api.run_policy import RunPolicy
-from ascend_operator.status import derive
+from ascend_operator.lifecycle.status import derive
 
 TORCHRUN_TAIL = """Traceback (most recent call last):
   File "/venv/lib/python3.11/site-packages/ascend_engine/train/model_loader.py", line 40, in load

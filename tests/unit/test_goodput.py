@@ -3,8 +3,8 @@ are the differences of the measured times and add up to its total; the job's wal
 + other."""
 from __future__ import annotations
 
-from ascend_operator import goodput
-from ascend_operator.goodput import stamp
+from ascend_operator.recovery import goodput
+from ascend_operator.recovery.goodput import stamp
 
 T0 = 1_790_000_000.0  # a start time (unix seconds)
 

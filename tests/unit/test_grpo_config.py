@@ -10,7 +10,7 @@ from ascend_engine.config.train import TrainConfig
 from ascend_engine.telemetry import GRPO_METRICS, METRIC_NAMES, preference_fields
 from ascend_engine.train import command
 from ascend_operator.api.train_job import AscendTrainJobSpec, TrainProgress
-from ascend_operator.handlers.dependencies import refs, resolve
+from ascend_operator.lifecycle.dependencies import refs, resolve
 
 GRPO = {"stage": "grpo", "data": {"tokenizerNameOrPath": "/tok"}, "grpo": {"maxNewTokens": 16}}
 
@@ -82,7 +82,7 @@ def test_grpo_figures_reach_the_job_status_through_the_endpoint():
     import socket
 
     from ascend_engine.telemetry import Metrics
-    from ascend_operator.progress import scrape
+    from ascend_operator.progress.scrape import scrape
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import urllib.request
 
 from ascend_engine.series import MAX_POINTS, add_point, downsample, merge
 from ascend_engine.telemetry import SERIES_PATH, Metrics
-from ascend_operator.history import config_map, read, record
+from ascend_operator.progress.history import config_map, read, record
 
 
 def _run(n: int, loss=lambda i: 10.0 / i) -> list:
@@ -90,7 +90,7 @@ def test_the_engine_series_served_by_rank_0_lands_whole_in_the_owned_config_map(
     metrics.serve(0, "127.0.0.1")  # port 0: any free port
     port = metrics.server.server_address[1]
     url = f"http://127.0.0.1:{port}{SERIES_PATH}"
-    from ascend_operator.progress import scrape_series
+    from ascend_operator.progress.scrape import scrape_series
 
     for i in range(1, 4):
         metrics.set(iteration=i, loss=5.0 - i, learningRate=1e-3)

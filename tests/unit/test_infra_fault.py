@@ -3,9 +3,9 @@ backoffLimit, and the affinity that keeps the new pods off it while keeping the 
 import pytest
 
 from ascend_operator.api.run_policy import RunPolicy
-from ascend_operator.infra_fault import avoid_nodes, device_fault, fault
-from ascend_operator.job_pods import slim
-from ascend_operator.status import derive
+from ascend_operator.faults.infra_fault import avoid_nodes, device_fault, fault
+from ascend_operator.cache.job_pods import slim
+from ascend_operator.lifecycle.status import derive
 
 
 def pod(index, phase, node="node-1", message=None, exit_code=1, conditions=(), deleting=False):

@@ -7,7 +7,7 @@ import os
 
 from ascend_engine import inplace
 from ascend_operator.api.run_policy import RunPolicy
-from ascend_operator.status import _failure
+from ascend_operator.lifecycle.status import _failure
 
 
 def test_ranks_follow_the_pod_index_whatever_order_the_rendezvous_chose(monkeypatch):

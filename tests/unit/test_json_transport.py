@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from ascend_operator.json_transport import JsonTransport
-from ascend_operator.kubeclient import Kube
+from ascend_operator.client.json_transport import JsonTransport
+from ascend_operator.client.kubeclient import Kube
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -7,8 +7,8 @@ from ascend_operator.api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JO
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.api.single_pod import CheckpointConvertSpec
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.handlers.dependencies import Ref, cycle, readiness, refs, resolve
-from ascend_operator.status import derive
+from ascend_operator.lifecycle.dependencies import Ref, cycle, readiness, refs, resolve
+from ascend_operator.lifecycle.status import derive
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -12,8 +12,8 @@ from ascend_engine.config.train import TrainConfig
 from ascend_engine.exception_line import worker_exit_code
 from ascend_engine.train.numerics import NumericFault, NumericsState, SkippedWindow, fault_reason, skip_past
 from ascend_operator.api.run_policy import RunPolicy
-from ascend_operator.failure_cause import numeric_failure
-from ascend_operator.status import derive
+from ascend_operator.faults.failure_cause import numeric_failure
+from ascend_operator.lifecycle.status import derive
 
 TORCHRUN_TAIL = """[rank1]: megatron rerun state machine: exiting to re-run iteration 1200
 E1126 22:42:24 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: {code}) local_rank: 1

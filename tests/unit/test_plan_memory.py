@@ -162,7 +162,7 @@ def test_validate_warns_near_the_edge(tmp_path, capsys):
 
 def test_the_operator_warns_once_near_the_edge_and_keeps_the_plan_in_the_status(tmp_path, monkeypatch):
     from ascend_operator.api.train_job import AscendTrainJobSpec
-    from ascend_operator.handlers import train_job as handler
+    from ascend_operator.kinds import train_job as handler
 
     events = []
     monkeypatch.setattr(handler, "kube", lambda: type("K", (), {"post_event": lambda self, *a, **k: events.append(a)})())

@@ -2,9 +2,9 @@
 per-job counts it keeps, which must equal a recount of the pods (the status is derived from them)."""
 import random
 
-from ascend_operator.job_pods import JobPods, index, phase, ready
-from ascend_operator.pod_cache import PodCache
-from ascend_operator.status import derive
+from ascend_operator.cache.job_pods import JobPods, index, phase, ready
+from ascend_operator.cache.pod_cache import PodCache
+from ascend_operator.lifecycle.status import derive
 
 KEY = ("AscendTrainJob", "default", "big")
 

@@ -3,8 +3,8 @@ status it wrote counted (seen being deleted in the reconcile's snapshot) and tho
 whose deletion arrived during the reconcile, after its snapshot (that one waits for the next reconcile, which
 counts it)."""
 from ascend_operator.api.group import POD_FINALIZER
-from ascend_operator.handlers import lifecycle
-from ascend_operator.job_pods import JobPods
+from ascend_operator.lifecycle import reconcile as lifecycle
+from ascend_operator.cache.job_pods import JobPods
 
 KEY = ("AscendTrainJob", "default", "j")
 

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from ascend_operator import settings
 from ascend_operator.api.single_pod import DatasetPrepSpec
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.handlers import pod_policy
+from ascend_operator.kinds import pod_policy
 from ascend_operator.render import train_job as render
 from ascend_operator.render.single_pod import pod as single_pod
 

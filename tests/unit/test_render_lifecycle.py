@@ -81,7 +81,7 @@ def test_pipeline_example_validates_against_the_models():
     from pathlib import Path
 
     from ascend_operator.api.resources import RESOURCES
-    from ascend_operator.handlers.dependencies import refs
+    from ascend_operator.lifecycle.dependencies import refs
 
     docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml").read_text()))
     assert docs[0]["kind"] == "PersistentVolumeClaim"  # the workspace every stage mounts

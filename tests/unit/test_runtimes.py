@@ -1,9 +1,9 @@
-"""Training runtimes (ascend_operator.runtimes): the merge of a job over its runtime, locked fields, and the
+"""Training runtimes (ascend_operator.kinds.runtimes): the merge of a job over its runtime, locked fields, and the
 recorded copy that restarts render from."""
 import pytest
 from pydantic import ValidationError
 
-from ascend_operator import runtimes
+from ascend_operator.kinds import runtimes
 from ascend_operator.api.runtime import TrainingRuntimeSpec
 from ascend_operator.api.train_job import AscendTrainJobSpec
 from ascend_operator.render.train_job import objects

@@ -10,8 +10,8 @@ from ascend_engine import telemetry
 from ascend_engine.stacks import STACK_DUMP_ANNOTATION, read_annotation
 from ascend_operator.api.run_policy import StallDetection, TrainRunPolicy
 from ascend_cluster.pod_environment import PodSetupError, downward_api_files, refresh_downward_api
-from ascend_operator.progress import scrape_events
-from ascend_operator.stall import StallClock, stalled, timeout
+from ascend_operator.progress.scrape import scrape_events
+from ascend_operator.recovery.stall_clock import StallClock, stalled, timeout
 
 POLICY = StallDetection(minSeconds=60, stepTimeFactor=10, startupSeconds=900, checkpointSeconds=1200)
 

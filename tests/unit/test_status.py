@@ -1,6 +1,6 @@
 """Job status follows the pods: Pending with the scheduler's reason, Running, Succeeded, Failed with the exit code."""
 from ascend_operator.api.run_policy import RunPolicy
-from ascend_operator.status import derive
+from ascend_operator.lifecycle.status import derive
 
 
 def pod(index, phase, **status):

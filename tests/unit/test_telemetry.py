@@ -9,7 +9,7 @@ from wsgiref.simple_server import ServerHandler
 
 from ascend_engine import telemetry
 from ascend_engine.telemetry import Metrics
-from ascend_operator.progress import scrape
+from ascend_operator.progress.scrape import scrape
 
 
 def _free_port() -> int:
@@ -111,7 +111,7 @@ def test_a_run_waiting_at_exit_for_the_operator_is_released_only_once_the_series
 def test_a_run_waiting_at_exit_is_released_once_the_operator_has_kept_its_newest_point(monkeypatch):
     """The operator says with each read what the job's history holds: one that read every point and died before
     keeping them (restarted mid-write) must not have released the run, or the curve's tail is lost."""
-    from ascend_operator.progress import scrape_series
+    from ascend_operator.progress.scrape import scrape_series
 
     url, released = _run_waiting_at_exit(monkeypatch)
     assert [p["iteration"] for p in scrape_series(url, 1)] == [1, 2, 3]  # read all, kept only the first

@@ -16,9 +16,9 @@ from ascend_engine.telemetry import Metrics
 from ascend_engine.train.trackers import RUNS_FILE, TrackerError, read_runs, require_packages, status_records, write_runs
 from ascend_engine.train.trackers.evaluation import evaluation_figures
 from ascend_operator.api.train_job import AscendTrainJobSpec, AscendTrainJobStatus
-from ascend_operator.handlers.lifecycle import _tracking
+from ascend_operator.lifecycle.reconcile import _tracking
 from ascend_operator.render import train_job as render
-from ascend_operator.status import derive
+from ascend_operator.lifecycle.status import derive
 
 TRACKERS = [{"type": "mlflow", "trackingUri": "https://mlflow.example", "experiment": "llama",
              "credentialsSecret": "mlflow-token"},

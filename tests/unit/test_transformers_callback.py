@@ -20,7 +20,7 @@ def test_trainer_reports_progress_in_the_engines_metrics(tmp_path, monkeypatch):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
     from ascend_engine.transformers_callback import AscendProgressCallback
-    from ascend_operator.progress import scrape
+    from ascend_operator.progress.scrape import scrape
 
     monkeypatch.setenv("ASCEND_TERMINATION_LOG", str(tmp_path / "termination-log"))
     monkeypatch.setenv("POD_IP", "127.0.0.1")

@@ -3,7 +3,7 @@ job storming the queue does not push other jobs back."""
 import threading
 import time
 
-from ascend_operator.workqueue import WorkQueue, Workers
+from ascend_operator.cache.workqueue import WorkQueue, Workers
 
 
 def test_a_burst_of_adds_is_one_item():

@@ -9,7 +9,7 @@ The run's high-water iteration and its productive seconds (loop time spent on it
 mark) outlive the process in a small file beside the checkpoints (``checkpoint.save``), written by rank 0 at each
 logged step, so the next process knows which steps are trained again and the total keeps growing across
 restarts. The operator turns the marks into each recovery's parts and the job's goodput
-(``operator/ascend_operator/goodput.py``).
+(``operator/ascend_operator/recovery/goodput.py``).
 """
 from __future__ import annotations
 

@@ -41,5 +41,5 @@ LABEL_REPLICA_INDEX = f"{API_GROUP}/replica-index"
 LABEL_ATTEMPT = f"{API_GROUP}/attempt"  # which gang (re)start a pod belongs to: attempts.py
 # The finalizer on every pod the operator creates: a pod deleted while the operator was not looking (PodGC after a
 # node was deleted, an eviction) stays, with its last status, until the operator has recorded how it ended
-# (``pod_cache``, ``handlers.lifecycle._release``); as batch/v1 Jobs keep batch.kubernetes.io/job-tracking.
+# (``pod_cache``, ``lifecycle.reconcile._release``); as batch/v1 Jobs keep batch.kubernetes.io/job-tracking.
 POD_FINALIZER = f"{API_GROUP}/pod-tracking"

@@ -2,7 +2,7 @@
 
 Measured, not estimated: the engine's rank 0 marks its process's start-up (``ascend_engine.train.goodput``), the
 pods' torchrun agents record an in-place restart (``ascend_engine.inplace``), and the operator records when it
-decided a gang restart and when the old pods were gone (``ascend_operator.goodput``).
+decided a gang restart and when the old pods were gone (``ascend_operator.recovery.goodput``).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """AscendTrainingRuntime (namespaced, short name atr) and ClusterAscendTrainingRuntime (cluster-wide, catr): the
 pod-level part of a job that a platform team sets once (image, devices, HCCL, env, volumes, scheduling,
 security), as Kubeflow Trainer v2's TrainingRuntime / ClusterTrainingRuntime. A job names one in
-``spec.runtimeRef`` and sets only what differs; the operator merges them (``ascend_operator.runtimes``).
+``spec.runtimeRef`` and sets only what differs; the operator merges them (``ascend_operator.kinds.runtimes``).
 
 The template's fields are the job's own (same names, types, bounds and descriptions, generated from
 ``AscendTrainJobSpec``), all optional and without defaults: the job's own defaults apply after the merge.

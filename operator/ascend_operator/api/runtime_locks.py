@@ -7,7 +7,7 @@ namespace), and each validation first asks whether the job names that runtime. O
 runtime may set: when a locked path covers it and the job sets it to anything but the runtime's value, the job
 is refused with the field, the runtime and the locked path, before it is stored.
 
-The policy is the early answer and the operator stays the authority (``ascend_operator.runtimes``): the rules are
+The policy is the early answer and the operator stays the authority (``ascend_operator.kinds.runtimes``): the rules are
 written to refuse only what the operator's merge would refuse (a value the API server defaulted counts as not
 set; maps are compared key by key, ``env`` by name, other lists whole), a path locked below the level checked
 here (``nodeSelector.pool``) is left to the operator, and ``failurePolicy: Ignore`` keeps a policy error from

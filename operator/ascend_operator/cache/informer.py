@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from .kubeclient import LIST_CHUNK, Kube
+from ..client.kubeclient import LIST_CHUNK, Kube
 
 logger = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 60  # each watch request ends after this; the next resumes from the last resourceVersion

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from .api.group import API_GROUP, API_VERSION, Kind
+from ..api.group import API_GROUP, API_VERSION, Kind
 from .informer import Informer
-from .kubeclient import Kube
-from .permissions import uses_on_kinds
+from ..client.kubeclient import Kube
+from ..client.permissions import uses_on_kinds
 
 
 @uses_on_kinds("", "list", "watch")

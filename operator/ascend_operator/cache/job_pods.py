@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import attempts
-from .api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, POD_FINALIZER
+from ..lifecycle import attempts
+from ..api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, POD_FINALIZER
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
 _CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")  # the last: disruption.py; PodScheduled's time: elastic.py

@@ -18,7 +18,7 @@ A pod's end is never missed: every pod the operator creates carries its finalize
 deleted while the operator was not watching (stopped during a failover, or busy reconciling the job) stays in the
 API, with a deletionTimestamp and its last status (Failed, ``DisruptionTarget: DeletionByPodGC``), and so here:
 the watch or the listing shows it, and ``status.derive`` reads why it ended, not a pod gone without a word. The
-operator removes the finalizer (``handlers.lifecycle._release``) once the reconcile that saw the pod terminating
+operator removes the finalizer (``lifecycle.reconcile._release``) once the reconcile that saw the pod terminating
 has written the job's status; its DELETED event then removes it here. ``forget`` keeps such pods of a job that is
 gone, so their finalizers are removed too.
 """
@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
+from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME
 from .job_pods import JobPods, held, slim
 
 JobKey = tuple[str, str, str]  # (kind, namespace, job name)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from .api.group import LABEL_JOB_KIND
+from ..api.group import LABEL_JOB_KIND
 from .informer import Informer
-from .kubeclient import Kube
-from .permissions import uses
+from ..client.kubeclient import Kube
+from ..client.permissions import uses
 from .pod_cache import JobKey, PodCache, job_key
 
 logger = logging.getLogger(__name__)

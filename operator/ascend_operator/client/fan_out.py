@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from .settings import API_THREADS, PER_JOB_CONCURRENCY
+from ..settings import API_THREADS, PER_JOB_CONCURRENCY
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -11,19 +11,19 @@ import datetime as dt
 import json
 import threading
 import time
-from functools import cached_property
+from functools import cached_property, lru_cache
 from urllib.parse import quote, urlencode
 from typing import Any, Callable, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from . import metrics
+from .. import metrics
 from .event_correlator import EventCorrelator
 from .json_transport import JsonTransport
-from .api.group import API_GROUP, API_VERSION, CLUSTER_TRAINING_RUNTIME, KINDS, POD_FINALIZER, TRAINING_RUNTIME
+from ..api.group import API_GROUP, API_VERSION, CLUSTER_TRAINING_RUNTIME, KINDS, POD_FINALIZER, TRAINING_RUNTIME
 from .permissions import uses, uses_on_kinds
-from .settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
+from ..settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
 _PLURALS = {k.kind: k.plural for k in KINDS}
 _CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
@@ -320,7 +320,7 @@ class Kube:
         return _retrying(lambda: self._merge_patch(self._custom_path(kind, namespace, name) + "/status", patch),
                          retry_conflict=resource_version is None)
 
-    # -- Kueue (handlers/kueue.py: the operator is the controller of its kinds' Workloads) -----------------------
+    # -- Kueue (kueue/integration.py: the operator is the controller of its kinds' Workloads) -----------------------
 
     @uses(KUEUE_GROUP, "workloads", "create")
     def create_workload(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -409,3 +409,9 @@ class Kube:
                 self._events.record(body)
         except ApiException:
             pass  # counted in ascend_operator_api_errors; the status carries the same message
+
+
+@lru_cache(maxsize=1)
+def kube() -> Kube:
+    """The operator's one client (its transport keeps its connections alive across reconciles)."""
+    return Kube()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, TypeVar
 
-from .api.group import API_GROUP, KINDS
+from ..api.group import API_GROUP, KINDS
 
 F = TypeVar("F", bound=Callable)
 
@@ -41,7 +41,7 @@ uses("", "namespaces", "list", "watch")
 uses("apiextensions.k8s.io", "customresourcedefinitions", "list", "watch")
 # The operator watches its pods (kopf.on.event on pods).
 uses("", "pods", "list", "watch")
-# Kueue (handlers/kueue.py): the Workload informer lists and watches Workloads.
+# Kueue (kueue/integration.py): the Workload informer lists and watches Workloads.
 uses("kueue.x-k8s.io", "workloads", "list", "watch")
 
 

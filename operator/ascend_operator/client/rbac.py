@@ -2,7 +2,8 @@
 API declare (``permissions.uses``), collected by importing them all here, above them."""
 from __future__ import annotations
 
-from . import job_informer, kubeclient, pod_informer  # noqa: F401  (their @uses declarations run on import)
+from ..cache import job_informer, pod_informer  # noqa: F401  (their @uses declarations run on import)
+from . import kubeclient  # noqa: F401  (their @uses declarations run on import)
 from .permissions import used
 
 # Leader election (leader_election.py): the Lease in the operator's own namespace only, so the chart grants it

@@ -8,7 +8,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.group import API_GROUP, API_VERSION, CHECKPOINT_CONVERT, DATASET_PREP, KINDS, TRAIN_JOB
-from ..history import LABEL, read
+from ..progress.history import LABEL, read
 
 
 def object_path(plural: str, namespace: str, name: str) -> str:

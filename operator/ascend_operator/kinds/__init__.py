@@ -1,3 +1,2 @@
-"""kopf handlers; importing this package registers them all."""
-from . import setup  # noqa: F401
-from . import single_pod, train_job  # noqa: F401
+"""What is particular to each kind: its declaration (``train_job``, ``single_pod``: importing one registers it with
+the lifecycle), host ports, the admin's pod policy, the memory plan and training runtimes."""

@@ -12,8 +12,8 @@ from ..api.group import TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
 from ..render import host_ports
 from ..settings import HOST_PORT_BLOCK, HOST_PORT_FIRST, HOST_PORT_LAST
-from ..status import TERMINAL
-from .common import kube
+from ..lifecycle.status import TERMINAL
+from ..client.kubeclient import kube
 
 _LOCK = threading.Lock()
 _HANDED_OUT: dict[str, int] = {}  # job uid -> block, until the job's status says so

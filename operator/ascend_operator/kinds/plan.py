@@ -9,7 +9,7 @@ from typing import Any
 
 from ascend_engine.plan.memory import WARN_FRACTION, MemoryPlan, backend_of, estimate, gib
 
-from .api.devices import CPU_OVERHEAD_BYTES, DEVICE_OVERHEAD_BYTES, device_memory
+from ..api.devices import CPU_OVERHEAD_BYTES, DEVICE_OVERHEAD_BYTES, device_memory
 
 REFUSED = "InsufficientDeviceMemory"
 NEAR = "NearDeviceMemory"

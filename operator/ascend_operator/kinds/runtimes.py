@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from .api.crdgen import openapi_schema
-from .api.runtime import RUNTIME_FIELDS, SINGLE_POD_FIELDS
-from .api.train_job import AscendTrainJobSpec
+from ..api.crdgen import openapi_schema
+from ..api.runtime import RUNTIME_FIELDS, SINGLE_POD_FIELDS
+from ..api.train_job import AscendTrainJobSpec
 
 _MISSING = object()
 LIST_MAP_KEYS = {("env",): "name"}  # lists merged by key instead of replaced

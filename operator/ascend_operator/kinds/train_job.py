@@ -1,17 +1,17 @@
 """AscendTrainJob: a Service, a ConfigMap, an optional PodGroup and nnodes pods; progress from rank 0."""
 from ascend_engine.telemetry import METRIC_NAMES
 
-from .. import plan
+from . import plan
 from ..api.group import TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec, TrainProgress
 from ..render import train_job as render
-from . import elastic
-from .common import kube
-from .lifecycle import JobKind, register
+from ..recovery import resize as elastic
+from ..client.kubeclient import kube
+from ..lifecycle.reconcile import JobKind, register
 
 
 def prepare(obj, spec, status):
-    """Host ports and the elastic size (handlers/elastic.py), and ``status.plan``: the memory estimate the job was
+    """Host ports and the elastic size (recovery/resize.py), and ``status.plan``: the memory estimate the job was
     admitted with (common.parse_spec refuses one that cannot fit), warned about once when near the device's memory."""
     spec, extra = elastic.prepare(obj, spec, status)
     estimate = plan.job_plan(spec)

@@ -52,12 +52,12 @@ from urllib.parse import quote
 from kubernetes.client.rest import ApiException
 
 from ..api.group import API_GROUP, API_VERSION
-from ..informer import Informer
-from ..job_pods import JobPods, phase, terminating
-from ..kubeclient import KUEUE_API, KUEUE_GROUP, Kube
-from ..pod_cache import JobKey
-from ..status import now, set_condition
-from .common import kube
+from ..cache.informer import Informer
+from ..cache.job_pods import JobPods, phase, terminating
+from ..client.kubeclient import KUEUE_API, KUEUE_GROUP, Kube
+from ..cache.pod_cache import JobKey
+from ..lifecycle.status import now, set_condition
+from ..client.kubeclient import kube
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .api.group import LABEL_ATTEMPT, LABEL_REPLICA_INDEX
+from ..api.group import LABEL_ATTEMPT, LABEL_REPLICA_INDEX
 
 FINISHED = ("Succeeded", "Failed")
 

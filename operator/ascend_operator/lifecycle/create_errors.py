@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from ..status import set_condition
+from .status import set_condition
 
 PERMANENT = (400, 422)
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 5.0, 300.0

@@ -29,22 +29,31 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import BaseModel, ValidationError
 
-from .. import attempts, fan_out, goodput, history, infra_fault, metrics
+from . import attempts
+from ..client import fan_out
+from ..recovery import goodput
+from ..progress import history
+from ..faults import infra_fault
+from .. import metrics
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER, TRAIN_JOB, Kind
 from ..api.run_policy import RunPolicy, StallDetection
-from ..job_pods import JobPods, held, terminating
-from ..kubeclient import STOPPING, ShuttingDown
-from ..object_cache import JOBS
-from ..pod_cache import JobKey, PodCache
-from ..informer import Informer
-from ..job_informer import JobInformer
-from ..pod_informer import PodInformer
-from ..progress import scrape, scrape_events, scrape_series, scrape_tracking
+from ..cache.job_pods import JobPods, held, terminating
+from ..client.kubeclient import STOPPING, ShuttingDown
+from ..cache.object_cache import JOBS
+from ..cache.pod_cache import JobKey, PodCache
+from ..cache.informer import Informer
+from ..cache.job_informer import JobInformer
+from ..cache.pod_informer import PodInformer
+from ..progress.scrape import scrape, scrape_events, scrape_series, scrape_tracking
 from ..settings import PROGRESS_INTERVAL, RECONCILE_WORKERS
-from ..status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
-from ..workqueue import WorkQueue, Workers
-from . import create_errors, engine_events, kueue, stalls
-from .common import kube, parse_spec
+from .status import TERMINAL, condition, derive, is_true, now, set_condition, termination_result
+from ..cache.workqueue import WorkQueue, Workers
+from . import create_errors
+from ..progress import engine_events
+from ..kueue import integration as kueue
+from ..recovery import stalls
+from ..client.kubeclient import kube
+from .spec import parse_spec
 from .dependencies import cycle, readiness, refs, resolve
 
 logger = logging.getLogger(__name__)

@@ -2,26 +2,20 @@
 AscendTrainJob, its memory plan against the device's memory)."""
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ascend_engine.config.loader import format_validation_error
 
-from .. import plan, runtimes
+from ..kinds import plan, runtimes
 from ..api.group import TRAIN_JOB
-from ..kubeclient import Kube
-from ..object_cache import JOBS
-from . import pod_policy
-from ..status import now, set_condition
+from ..client.kubeclient import kube
+from ..cache.object_cache import JOBS
+from ..kinds import pod_policy
+from .status import now, set_condition
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@lru_cache(maxsize=1)
-def kube() -> Kube:
-    return Kube()
 
 
 def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[str, Any],

@@ -9,10 +9,10 @@ import kopf
 from .. import metrics
 from ..api.group import API_GROUP
 from ..dashboard.server import serve as serve_dashboard
-from ..kubeclient import LIST_CHUNK, STOPPING
-from .common import kube
+from ..client.kubeclient import LIST_CHUNK, STOPPING
+from ..client.kubeclient import kube
 from ..settings import DASHBOARD_PORT, METRICS_PORT
-from .lifecycle import start_workers, stop_workers, sweep_forever
+from .reconcile import start_workers, stop_workers, sweep_forever
 
 _sweep: dict[str, object] = {}
 _servers: list = []  # the dashboard's HTTP server, shut down with the operator
@@ -33,7 +33,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         raise RuntimeError("a change-detecting kopf handler needs a diff base: set "
-                           "kopf.AnnotationsDiffBaseStorage in handlers/setup.py again")
+                           "kopf.AnnotationsDiffBaseStorage in lifecycle/startup.py again")
 
 
 @kopf.on.startup()

@@ -7,11 +7,11 @@ from typing import Any
 
 from ascend_engine.inplace import EXHAUSTED_REASON as IN_PLACE_EXHAUSTED
 
-from .api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
-from .disruption import disruption
-from .failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
-from .infra_fault import fault, node_name
-from .job_pods import JobPods, terminating
+from ..api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
+from ..faults.disruption import disruption
+from ..faults.failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
+from ..faults.infra_fault import fault, node_name
+from ..cache.job_pods import JobPods, terminating
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..pod_cache import JobKey
-from .common import kube
+from ..cache.pod_cache import JobKey
+from ..client.kubeclient import kube
 
 _POSTED: dict[JobKey, set[str]] = {}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ascend_engine.series import add_point, merge
 
-from .api.group import API_GROUP
+from ..api.group import API_GROUP
 
 DATA_KEY = "series.json"
 LABEL = f"{API_GROUP}/history-of"

@@ -18,10 +18,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Callable
 
-from .api.run_policy import parse_time
-from .api.train_job import AscendTrainJobSpec
-from .job_pods import JobPods
-from .status import set_condition
+from ..api.run_policy import parse_time
+from ..api.train_job import AscendTrainJobSpec
+from ..cache.job_pods import JobPods
+from ..lifecycle.status import set_condition
 
 SCALED_IN, SCALED_OUT = "ScaledIn", "ScaledOut"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ascend_engine.telemetry import GOODPUT_METRICS
 
-from .api.recovery import MAX_RECOVERIES, RecoveryParts
+from ..api.recovery import MAX_RECOVERIES, RecoveryParts
 
 _FIGURES = set(GOODPUT_METRICS.values())
 

@@ -1,5 +1,5 @@
 """The train job's elastic hooks for the lifecycle: render at the current size, and resize when due
-(``ascend_operator.elastic`` decides; this module gives it the cluster's capacity from the API)."""
+(``ascend_operator.recovery.elastic`` decides; this module gives it the cluster's capacity from the API)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,14 +8,15 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from .. import elastic, infra_fault
+from . import elastic
+from ..faults import infra_fault
 from ..api.group import LABEL_JOB_KIND, LABEL_JOB_NAME, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
-from ..capacity import pods_that_fit
-from ..job_pods import JobPods
+from .capacity import pods_that_fit
+from ..cache.job_pods import JobPods
 from ..render import train_job as render
-from . import host_network
-from .common import kube
+from ..kinds import host_network
+from ..client.kubeclient import kube
 
 logger = logging.getLogger(__name__)
 

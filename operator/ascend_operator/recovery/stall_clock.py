@@ -16,7 +16,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from .api.run_policy import StallDetection
+from ..api.run_policy import StallDetection
 
 INTERVALS_KEPT = 31  # the median of the last this many times between advances
 

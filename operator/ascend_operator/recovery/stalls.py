@@ -1,4 +1,4 @@
-"""Acting on a stall (``ascend_operator.stall`` decides): ask every rank for its stacks, then gang-restart.
+"""Acting on a stall (``ascend_operator.recovery.stall_clock`` decides): ask every rank for its stacks, then gang-restart.
 
 Stacks without pods/exec: the operator sets ``ascend_engine.stacks.STACK_DUMP_ANNOTATION`` on the job's pods, the
 kubelet refreshes each pod's downwardAPI file of annotations, and the engine processes watching it dump every
@@ -12,13 +12,14 @@ from typing import Any
 
 from ascend_engine.stacks import STACK_DUMP_ANNOTATION
 
-from .. import attempts, metrics
+from ..lifecycle import attempts
+from .. import metrics
 from ..api.run_policy import RunPolicy, StallDetection
-from ..job_pods import JobPods
-from ..pod_cache import JobKey
-from ..stall import StallClock, stalled
-from ..status import is_true, restart_stalled, set_condition
-from .common import kube
+from ..cache.job_pods import JobPods
+from ..cache.pod_cache import JobKey
+from .stall_clock import StallClock, stalled
+from ..lifecycle.status import is_true, restart_stalled, set_condition
+from ..client.kubeclient import kube
 
 # A stalled gang cannot finish its step, so SIGTERM's save-and-exit cannot happen: its pods get this grace period
 # instead of terminationGracePeriodSeconds (torchrun would otherwise wait that long before killing the ranks).

@@ -5,7 +5,7 @@ A spec that sets ``securityContext`` or ``podSecurityContext`` replaces the matc
 cluster that needs root or a capability for the NPU driver states exactly what it grants, and a merge could
 produce contradictions the API server rejects (``privileged: true`` with ``allowPrivilegeEscalation: false``).
 The one exception is ``allowPrivilegeEscalation``, false where the stated context says nothing and allows it.
-What a stated context may grant at all is the chart's ``jobPodPolicy`` (handlers/pod_policy.py).
+What a stated context may grant at all is the chart's ``jobPodPolicy`` (kinds/pod_policy.py).
 """
 from __future__ import annotations
 
