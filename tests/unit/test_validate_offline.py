@@ -4,6 +4,7 @@ engine flag is blamed on the flag, not on the config file's line."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,23 @@ def test_every_problem_is_reported_with_file_line_field_and_a_suggestion(tmp_pat
     assert main(["validate", "-f", str(path)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert "must be a multiple of microBatchSize x data-parallel size = 2 x 3" in err[0] and len(err) == 2, err
+
+
+def test_a_layout_megatron_core_refuses_is_reported_with_the_field_and_its_figures(tmp_path, capsys):
+    """Issue 49's example (sequence parallelism over 63 tokens at TP 2, which megatron-core's first step refuses):
+    one problem, at the line of ``train:`` (the model's cross-field rule is the train section's), whose message
+    names the field and its figures as kube-apiserver's 422 does (tests/operator/test_manifests_on_the_server.py)."""
+    text = (EXAMPLES / "quickstart.yaml").read_text()
+    assert "tensorModelParallelSize: 2\n" in text and "seqLength: " in text
+    text = text.replace("tensorModelParallelSize: 2\n", "tensorModelParallelSize: 2\n      sequenceParallel: true\n")
+    text = re.sub(r"seqLength: \d+", "seqLength: 63", text)
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    assert main(["validate", "-f", str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{path}:{lines_of(text, '  train:')}: spec.train: training.seqLength (63) must be a multiple of "
+                   "parallel.tensorModelParallelSize (2) with sequenceParallel: megatron-core splits every sequence "
+                   "evenly over the tensor-parallel ranks", f"{path}: 1 problem(s)"], err
 
 
 def test_apply_dry_run_needs_no_cluster_and_accepts_the_examples(tmp_path, capsys):

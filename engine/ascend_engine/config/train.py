@@ -285,7 +285,7 @@ class TrainConfig(EngineModel):
     def _consistent(self) -> "TrainConfig":
         m, p, t = self.model, self.parallel, self.training
         tp = p.tensorModelParallelSize
-        broken = first_broken(self)  # TP, PP, VPP, batch and vocabulary shapes (the CRD's CEL rules say the same)
+        broken = first_broken(self)  # shapes and megatron-core's refusals (the CRD's CEL rules say the same)
         if broken:
             raise ValueError(broken)
         ep = p.expertModelParallelSize
@@ -297,9 +297,6 @@ class TrainConfig(EngineModel):
                                  f"({m.numExperts})")
             if tp > 1 and not p.sequenceParallel:
                 raise ValueError(MOE_TP_NEEDS_SEQUENCE_PARALLEL)
-            if self.data.variableSeqLengths and m.moeTokenDispatcherType == "allgather":
-                raise ValueError("data.variableSeqLengths needs model.moeTokenDispatcherType alltoall "
-                                 "(megatron-core refuses variable lengths with the allgather dispatcher)")
         o = self.optimizer
         warmup = int(o.lrWarmupFraction * t.trainIters) if o.lrWarmupFraction is not None else o.lrWarmupIters
         if warmup >= t.trainIters:
@@ -319,8 +316,6 @@ class TrainConfig(EngineModel):
         if m.scoreHead and p.sequenceParallel:
             raise ValueError("stage orm with parallel.sequenceParallel: the score head reads whole sequences; "
                              "turn sequence parallelism off")
-        if p.sequenceParallel and tp == 1:
-            raise ValueError("parallel.sequenceParallel needs tensorModelParallelSize > 1")
         if self.stage in (*PAIRWISE_STAGES, "grpo") and p.numLayersPerVirtualPipelineStage:
             raise ValueError(f"stage {self.stage} with parallel.numLayersPerVirtualPipelineStage: the preference and "
                              "GRPO stages run the non-interleaved pipeline schedule only; drop the virtual pipeline "
