@@ -452,8 +452,9 @@ class PodRunner:
             text = "\n".join(lines)[-2048:]
         return ContainerPathView.of_pod(self._pod_dir(pod)).text(text)  # the paths the container printed
 
-    def _exited(self, pod: dict[str, Any], running: RunningContainer, code: int, start_error: str = "") -> None:
-        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+    def _terminated(self, pod: dict[str, Any], running: RunningContainer, code: int,
+                    start_error: str = "") -> dict[str, Any]:
+        """The container's terminated state: exit code (128 + signal when killed), reason, message."""
         terminated: dict[str, Any] = {"startedAt": running.started_at, "finishedAt": now_rfc3339(),
                                       "containerID": f"local://{running.process.pid if running.process else 0}"}
         if code < 0:  # killed by a signal: the exit code a container runtime reports is 128 + signal
@@ -465,6 +466,11 @@ class PodRunner:
             terminated.update(reason="StartError", message=start_error)
         elif message := self._termination_message(pod, code):
             terminated["message"] = message
+        return terminated
+
+    def _exited(self, pod: dict[str, Any], running: RunningContainer, code: int, start_error: str = "") -> None:
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        terminated = self._terminated(pod, running, code, start_error)
         running.process = None
         restart = policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0)
         if restart:
@@ -528,7 +534,7 @@ class PodRunner:
     def _terminate(self, pod: dict[str, Any], running: RunningContainer | None) -> None:
         """A pod marked for deletion: SIGTERM its group, SIGKILL after the (capped) grace, then remove it.
 
-        No more status is written for it.
+        Its terminal status (exit code, termination message) is written first, as a kubelet writes it.
         """
         process = running.process if running else None
         if process is not None and process.poll() is None:
@@ -542,6 +548,14 @@ class PodRunner:
                 return
             _signal_group(process, signal.SIGKILL)
             process.wait()
+        if process is not None and not running.finished:
+            # As a kubelet does since Kubernetes 1.27: a deleted pod ends in a terminal phase, its container's exit
+            # code and termination message (the checkpoint a SIGTERM'd engine saved) posted before it is removed;
+            # a controller's finalizer keeps that last status readable.
+            running.finished = True
+            terminated = self._terminated(pod, running, process.wait())
+            phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
+            self._patch_status(pod, self._status(pod, running, terminated=terminated, phase=phase))
         meta = pod["metadata"]
         self._containers.pop((meta["namespace"], meta["name"]), None)
         self.events.forget(meta.get("uid", ""))

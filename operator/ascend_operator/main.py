@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     from .health import Probes, first_watch_answered
     from .leader_election import LeaderElector, LeaseTimings
 
-    from .lifecycle import reconcile as lifecycle
-    lifecycle.WATCHED_NAMESPACES[:] = args.namespace  # the pod informer watches what kopf watches
+    from .lifecycle import workers
+    workers.WATCHED_NAMESPACES[:] = args.namespace  # the pod informer watches what kopf watches
     kopf.configure(verbose=args.verbose)  # kopf sets up logging itself (one line per record)
     stop, kopf_ready, watching = threading.Event(), threading.Event(), threading.Event()
     elector = None

@@ -27,6 +27,8 @@ RECOVERIES = Counter("ascend_operator_recoveries", "Recoveries by the level of t
                      "(InPlace, Replace, Resize; status.recoveries)", ["kind", "level"], registry=REGISTRY)
 GOODPUT = Gauge("ascend_operator_job_goodput", "A training job's productive training time over its wall time "
                 "(status.goodput.goodput)", ["namespace", "name"], registry=REGISTRY)
+WORKQUEUE_DEPTH = Gauge("ascend_operator_workqueue_depth", "Jobs waiting for a reconcile or being reconciled (0: "
+                        "the operator has caught up with every event it has seen)", registry=REGISTRY)
 API_ERRORS = Counter("ascend_operator_api_errors", "Kubernetes API calls that failed, by HTTP status",
                      ["code"], registry=REGISTRY)
 

@@ -19,7 +19,7 @@ import yaml
 
 from ascend_cluster.controlplane import write_kubeconfig
 from ascend_cluster.resource_client import ResourceClient
-from ascend_operator.lifecycle import reconcile as lifecycle
+from ascend_operator.lifecycle.kinds import KINDS
 from ascend_operator.kinds import single_pod, train_job
 from ascend_operator.render import single_pod as single_pod_render
 from ascend_train.cli import main as ascend_train
@@ -136,7 +136,7 @@ def _extended_resources(objects: list[dict]) -> set[str]:
 
 def test_cpu_jobs_pods_request_no_accelerator_after_every_apply(applied, control_plane):
     kubeconfig, everything, _ = applied
-    kinds = {k.kind.kind: k for k in lifecycle._KINDS.values()}
+    kinds = dict(KINDS)
     cpu_jobs = 0
     for (kind, namespace, name), obj in _stored(kubeconfig, everything).items():
         job = kinds[kind]

@@ -297,3 +297,34 @@ def test_convert_needs_exactly_one_source(api_client, namespace):
     with pytest.raises(ApiException) as err:
         create(api_client, namespace, _convert("none", convert={"saveDir": "/x"}), "checkpointconverts")
     assert "set exactly one of convert.loadDir and trainJobRef" in err.value.body
+
+
+def test_a_pod_lost_while_the_gang_restarts_is_replaced_not_waited_for(operator, api_client, namespace):
+    """Issue 49's stuck gang: after a gang restart, one of the next attempt's pods is deleted while they are all
+    Pending (preemption, node loss, a user). The pass that follows sees the missing index of the current attempt
+    and replaces that pod in place (it never ran, so the gang can stay), instead of waiting for ever with N-1 pods."""
+    core = client.CoreV1Api(api_client)
+    create(api_client, namespace, job("lost", nnodes=3, runPolicy={"backoffLimit": 3},
+                                      train={"observability": {"metricsPort": 9400}, "training": {"globalBatchSize": 3}}))
+    wait_for(lambda: len(pods_of(api_client, namespace, "lost")) == 3, what="3 pods")
+    run_all(api_client, namespace, "lost", n=3)
+    phase_is(api_client, namespace, "lost", "Running")
+    core.delete_namespaced_pod("lost-1-0", namespace)
+    assert phase_is(api_client, namespace, "lost", "Restarting")["restarts"] == 1
+    pending = wait_for(lambda: [p for p in pods_of(api_client, namespace, "lost")
+                                if p.metadata.labels["ascendtrain.dev/attempt"] == "1"
+                                and not p.metadata.deletion_timestamp] or None, what="the next attempt's pods")
+    wait_for(lambda: len([p for p in pods_of(api_client, namespace, "lost")
+                          if p.metadata.labels["ascendtrain.dev/attempt"] == "1"]) == 3, what="all 3 of attempt 1")
+    doomed = next(p for p in pods_of(api_client, namespace, "lost") if p.metadata.name == "lost-2-1")
+    assert pending and doomed.status.phase == "Pending"
+    core.delete_namespaced_pod("lost-2-1", namespace)
+    replaced = wait_for(lambda: next((p for p in pods_of(api_client, namespace, "lost")
+                                      if p.metadata.name == "lost-2-1" and p.metadata.uid != doomed.metadata.uid
+                                      and not p.metadata.deletion_timestamp), None), what="lost-2-1 replaced")
+    assert replaced.metadata.labels["ascendtrain.dev/attempt"] == "1" and replaced.spec.hostname == "lost-2"
+    run_all(api_client, namespace, "lost", n=3, attempt=1)
+    running = phase_is(api_client, namespace, "lost", "Running")
+    assert running["restarts"] == 1  # a pod that never ran cost no restart
+    assert any(reason == "PodReplaced" and "lost-2-1" in message
+               for reason, message in events_of(api_client, namespace, "lost"))

@@ -2,6 +2,7 @@
 backoffLimit, and the affinity that keeps the new pods off it while keeping the user's own."""
 import pytest
 
+from ascend_operator.api.group import POD_FINALIZER
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.faults.infra_fault import avoid_nodes, device_fault, fault
 from ascend_operator.cache.job_pods import slim
@@ -14,8 +15,8 @@ def pod(index, phase, node="node-1", message=None, exit_code=1, conditions=(), d
         status["containerStatuses"] = [{"state": {"terminated": {
             "exitCode": exit_code, "reason": "Error", **({"message": message} if message else {})}}}]
     meta = {"name": f"j-{index}", "uid": f"u{index}", "labels": {"ascendtrain.dev/replica-index": str(index)}}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if deleting:  # the operator's pods carry its finalizer: a deleted one stays, with its last status, until counted
+        meta.update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[POD_FINALIZER])
     return slim({"metadata": meta, "spec": {"nodeName": node}, "status": status})
 
 
@@ -95,12 +96,18 @@ def test_avoidance_is_added_to_every_term_of_the_users_affinity():
         "nodeSelectorTerms": [{"matchExpressions": [rule]}]}}}
 
 
-def test_a_node_lost_while_the_new_gang_starts_restarts_again_but_an_old_eviction_does_not():
+def test_a_node_lost_under_the_new_gang_restarts_it_again_or_replaces_a_pod_that_never_ran():
+    """The new gang's pods are all that ``derive`` reads (the old gang's evictions belong to an older attempt). A pod
+    of it evicted after it ran restarts the gang again; one evicted before it ran is replaced under its own name:
+    both keep the new pods off the lost node."""
     evicted = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
     restarting = {"phase": "Restarting", "restarts": 1, "disruptions": 1,
+                  "conditions": [{"type": "Restarting", "status": "True", "reason": "NodeFault", "message": "m"}],
                   "avoidedNodes": [{"node": "node-1", "reason": "NodeFault", "message": "m", "time": "t"}]}
-    old = pod(0, "Running", node="node-1", deleting=True, conditions=[evicted])  # before the new gang exists
-    assert derive([old, pod(1, "Running", node="node-2", deleting=True)], 2, restarting)["restarts"] == 1
-    new = pod(1, "Running", node="node-3", deleting=True, conditions=[evicted])
-    again = derive([pod(0, "Pending", node="node-2"), new], 2, restarting)
+    ran = pod(1, "Running", node="node-3", deleting=True, conditions=[evicted])
+    again = derive([pod(0, "Pending", node="node-2"), ran], 2, restarting)
     assert again["restarts"] == 2 and [a["node"] for a in again["avoidedNodes"]] == ["node-1", "node-3"]
+    never_ran = pod(1, "Pending", node="node-3", deleting=True, conditions=[evicted])
+    kept = derive([pod(0, "Pending", node="node-2"), never_ran], 2, restarting)
+    assert (kept["phase"], kept["restarts"]) == ("Restarting", 1)
+    assert [a["node"] for a in kept["avoidedNodes"]] == ["node-1", "node-3"]

@@ -3,7 +3,7 @@ import datetime as dt
 
 import pytest
 
-from ascend_operator.api.group import CHECKPOINT_CONVERT, DATASET_PREP, TRAIN_JOB
+from ascend_operator.api.group import CHECKPOINT_CONVERT, DATASET_PREP, POD_FINALIZER, TRAIN_JOB
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.api.single_pod import CheckpointConvertSpec
 from ascend_operator.api.train_job import AscendTrainJobSpec
@@ -54,10 +54,21 @@ def test_permanent_code_wins_over_a_retryable_one():
     assert "exit code 2" in next(c for c in status["conditions"] if c["type"] == "Failed")["message"]
 
 
-def test_a_deleted_pod_is_a_failure_not_a_silent_recreation():
-    status = derive([pod(0, "Running")], 2, CREATED, RunPolicy(), T0)
+def test_a_pod_deleted_after_it_ran_is_a_failure_not_a_silent_recreation():
+    """Deleted after it ran (the operator's finalizer keeps it, with its last status, until counted): the gang
+    restarts. Deleted before it ran: the reconcile creates it again, nothing is counted. Missing with no trace
+    (never created): created."""
+    deleted = pod(1, "Running", deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[POD_FINALIZER])
+    status = derive([pod(0, "Running"), deleted], 2, CREATED, RunPolicy(), T0)
     assert status["phase"] == "Restarting" and status["restarts"] == 1
-    assert next(c for c in status["conditions"] if c["type"] == "Restarting")["reason"] == "PodDeleted"
+    restarting = next(c for c in status["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "PodDeleted" and "j-1 was deleted while running" in restarting["message"]
+    never_ran = pod(1, "Pending", deletionTimestamp="2026-01-01T00:00:00Z", finalizers=[POD_FINALIZER])
+    replaced = derive([pod(0, "Running"), never_ran], 2, CREATED, RunPolicy(), T0)
+    assert (replaced["phase"], replaced.get("restarts", 0)) == ("Pending", 0)
+    waiting = next(c for c in replaced["conditions"] if c["type"] == "Running")["message"]
+    assert "1 of 2 pods not created yet; replacing 1 deleted before running" in waiting
+    assert derive([pod(0, "Running")], 2, CREATED, RunPolicy(), T0).get("restarts", 0) == 0
 
 
 def test_deadline_counts_from_pod_creation():

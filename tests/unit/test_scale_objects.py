@@ -4,7 +4,7 @@ and the status names counts and a few objects, not every pod."""
 import json
 
 from ascend_operator.api.train_job import AscendTrainJobSpec
-from ascend_operator.lifecycle.reconcile import summarize
+from ascend_operator.lifecycle.pod_calls import summarize
 from ascend_operator.render import train_job as render
 
 CONFIG_MAP_LIMIT = 1024 * 1024  # a ConfigMap's data, and etcd's 1.5 MiB request limit for any object

@@ -1,4 +1,5 @@
 """Job status follows the pods: Pending with the scheduler's reason, Running, Succeeded, Failed with the exit code."""
+from ascend_operator.api.group import POD_FINALIZER
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.lifecycle.status import derive
 
@@ -81,6 +82,7 @@ def test_preemption_and_eviction_restart_the_gang_without_using_the_backoff_limi
     preempted = pod(0, "Running", conditions=[{"type": "DisruptionTarget", "status": "True",
                                                "reason": "PreemptionByScheduler", "message": "by prio/high"}])
     preempted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    preempted["metadata"]["finalizers"] = [POD_FINALIZER]  # its end not counted yet
     created = {"type": "Created", "status": "True", "reason": "Created", "message": "", "lastTransitionTime": "t"}
     running = {**first, "phase": "Running", "conditions": first["conditions"] + [created]}
     second = derive([preempted, pod(1, "Running", **ready())], 2, running, no_retries)

@@ -16,7 +16,7 @@ from ascend_engine.telemetry import Metrics
 from ascend_engine.train.trackers import RUNS_FILE, TrackerError, read_runs, require_packages, status_records, write_runs
 from ascend_engine.train.trackers.evaluation import evaluation_figures
 from ascend_operator.api.train_job import AscendTrainJobSpec, AscendTrainJobStatus
-from ascend_operator.lifecycle.reconcile import _tracking
+from ascend_operator.progress.live import tracking as _tracking
 from ascend_operator.render import train_job as render
 from ascend_operator.lifecycle.status import derive
 

@@ -38,6 +38,8 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
                            if k in labels}}
     if meta.get("deletionTimestamp"):
         out_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+        if meta.get("deletionGracePeriodSeconds") is not None:  # 0: forced, nobody will confirm it
+            out_meta["deletionGracePeriodSeconds"] = meta["deletionGracePeriodSeconds"]
     if meta.get("finalizers"):
         out_meta["finalizers"] = list(meta["finalizers"])
     out_status = {k: status[k] for k in ("phase", "podIP", "reason", "message") if status.get(k)}
@@ -75,6 +77,19 @@ def held(pod: dict[str, Any]) -> bool:
     return POD_FINALIZER in (pod["metadata"].get("finalizers") or ())
 
 
+def finished(pod: dict[str, Any]) -> bool:
+    return phase(pod) in ("Succeeded", "Failed")
+
+
+def has_run(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod ever started (a pod that never ran can be replaced without its gang
+    noticing: no rank has met it)."""
+    if phase(pod) != "Pending":
+        return True
+    return any((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated")
+               for cs in pod.get("status", {}).get("containerStatuses") or [])
+
+
 class JobPods:
     """The pods of one job by name, with the live ones (not being deleted) indexed by phase; with ``by_attempt``
     also each attempt's pods as a JobPods of their own."""
@@ -84,6 +99,8 @@ class JobPods:
         self._by_phase: dict[str, set[str]] = {ph: set() for ph in PHASES}
         self._ready = 0
         self._terminating = 0
+        self._ending: dict[str, set[str]] = {ph: set() for ph in PHASES}  # the terminating pods, by last phase
+        self._held = 0
         self._attempts: dict[int, JobPods] | None = {} if by_attempt else None
         for p in pods:
             self.put(p)
@@ -93,7 +110,8 @@ class JobPods:
         other = JobPods.__new__(JobPods)
         other._pods = dict(self._pods)
         other._by_phase = {ph: set(names) for ph, names in self._by_phase.items()}
-        other._ready, other._terminating = self._ready, self._terminating
+        other._ready, other._terminating, other._held = self._ready, self._terminating, self._held
+        other._ending = {ph: set(names) for ph, names in self._ending.items()}
         other._attempts = None if self._attempts is None else {n: a.copy() for n, a in self._attempts.items()}
         return other
 
@@ -101,8 +119,11 @@ class JobPods:
 
     def _count(self, pod: dict[str, Any], sign: int) -> None:
         name = pod["metadata"]["name"]
+        self._held += sign * held(pod)
         if terminating(pod):
             self._terminating += sign
+            ending = self._ending.setdefault(phase(pod), set())
+            ending.add(name) if sign > 0 else ending.discard(name)
             return
         names = self._by_phase.setdefault(phase(pod), set())
         names.add(name) if sign > 0 else names.discard(name)
@@ -161,6 +182,17 @@ class JobPods:
         return self._terminating
 
     @property
+    def held_count(self) -> int:
+        """Pods that carry the operator's finalizer."""
+        return self._held
+
+    def ending(self, *phases: str) -> list[dict[str, Any]]:
+        """The terminating pods whose last phase is one of ``phases`` (all phases if none), by replica index:
+        O(terminating pods)."""
+        names = [n for ph in (phases or PHASES) for n in self._ending.get(ph, ())]
+        return sorted((self._pods[n] for n in names), key=index)
+
+    @property
     def live_count(self) -> int:
         return len(self._pods) - self._terminating
 
@@ -179,8 +211,11 @@ class JobPods:
         return min((self._pods[n] for n in names), key=index) if names else None
 
     def replica_counts(self) -> dict[str, int]:
+        """Pending or running (``active``) and ready among the live pods; succeeded and failed among all (a pod
+        deleted after it finished still finished)."""
         return {"active": self.count("Pending") + self.count("Running"), "ready": self._ready,
-                "succeeded": self.count("Succeeded"), "failed": self.count("Failed")}
+                "succeeded": self.count("Succeeded") + len(self._ending["Succeeded"]),
+                "failed": self.count("Failed") + len(self._ending["Failed"])}
 
     def live_indexes(self) -> set[int]:
         return {index(p) for p in self.live()}

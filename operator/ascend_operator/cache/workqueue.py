@@ -72,6 +72,11 @@ class WorkQueue:
         with self._cond:
             return len(self._queue)
 
+    def unfinished(self) -> int:
+        """Keys waiting or being processed: client-go's workqueue depth plus the work in flight."""
+        with self._cond:
+            return len(self._dirty | self._processing)
+
 
 class Workers:
     """``count`` threads that take keys from ``queue`` and call ``process(key)``; a failure is logged, the key

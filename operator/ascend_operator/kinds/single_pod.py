@@ -2,7 +2,7 @@
 from ..api.group import CHECKPOINT_CONVERT, DATASET_PREP
 from ..api.single_pod import CheckpointConvertSpec, DatasetPrepSpec
 from ..render import single_pod as render
-from ..lifecycle.reconcile import JobKind, register
+from ..lifecycle.kinds import JobKind, register
 
 _WORK_PROGRESS = {"iteration": "done", "trainIters": "total", "percent": "percent", "etaSeconds": "etaSeconds"}
 

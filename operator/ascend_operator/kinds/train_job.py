@@ -7,7 +7,7 @@ from ..api.train_job import AscendTrainJobSpec, TrainProgress
 from ..render import train_job as render
 from ..recovery import resize as elastic
 from ..client.kubeclient import kube
-from ..lifecycle.reconcile import JobKind, register
+from ..lifecycle.kinds import JobKind, register
 
 
 def prepare(obj, spec, status):

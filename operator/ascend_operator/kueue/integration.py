@@ -79,7 +79,7 @@ TEMPLATE_FIELDS = ("nodeSelector", "affinity", "tolerations", "priorityClassName
 CONTAINER_FIELDS = ("name", "image", "resources")
 
 # Who the operator's kinds are (by kind name) and how to queue one of their jobs for a reconcile: set by
-# lifecycle.start_workers.
+# lifecycle.workers.start.
 _KINDS: set[str] = set()
 _requeue: Callable[[JobKey], None] = lambda key: None
 _WARNED: set[JobKey] = set()  # jobs told once that Kueue's API is not served

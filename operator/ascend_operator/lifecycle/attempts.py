@@ -9,9 +9,10 @@ job's gang restarts plus its elastic resizes (``status.restarts + status.elastic
 per new gang and neither ever shrinks, so the number needs no status field of its own.
 
 Only the current attempt's pods decide the status (``status.derive``), readiness and progress. A gang restart
-stops the attempt's pods that still run or wait (deleted, with their grace period: Kubernetes has no way to stop
-a pod and keep it), and keeps those that ended, failed or succeeded; the pods of attempts older than the newest
-``kept(backoffLimit)`` are deleted when a new attempt starts, so a job never holds more than that many.
+stops the older attempts' pods that still run or wait (deleted, with their grace period: Kubernetes has no way to
+stop a pod and keep it), and keeps those that ended, failed or succeeded; the pods of attempts older than the
+newest ``kept(backoffLimit)`` are deleted (``lifecycle.pod_ends.doomed``), so a job never holds more than that
+many.
 """
 from __future__ import annotations
 
@@ -51,13 +52,3 @@ def kept(backoff_limit: int) -> int:
     least two (the current one and the one before it, whose failure a restart not counted against backoffLimit,
     such as a disruption, answers)."""
     return max(backoff_limit + 1, 2)
-
-
-def stopping(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pods a gang restart stops: those not finished (pending or running), of any attempt."""
-    return [p for p in pods if (p.get("status") or {}).get("phase", "Pending") not in FINISHED]
-
-
-def expired(pods: Iterable[dict[str, Any]], attempt: int, backoff_limit: int) -> list[dict[str, Any]]:
-    """The pods of attempts too old to keep once ``attempt`` starts."""
-    return [p for p in pods if of(p) <= attempt - kept(backoff_limit)]

@@ -12,7 +12,7 @@ from ..dashboard.server import serve as serve_dashboard
 from ..client.kubeclient import LIST_CHUNK, STOPPING
 from ..client.kubeclient import kube
 from ..settings import DASHBOARD_PORT, METRICS_PORT
-from .reconcile import start_workers, stop_workers, sweep_forever
+from . import workers
 
 _sweep: dict[str, object] = {}
 _servers: list = []  # the dashboard's HTTP server, shut down with the operator
@@ -51,10 +51,10 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
             _servers.append(serve_dashboard(kube().api, DASHBOARD_PORT))
         except OSError as e:  # like the metrics port: the jobs matter more than the page
             logging.getLogger(__name__).error("dashboard not served on port %d: %s", DASHBOARD_PORT, e)
-    start_workers()
+    workers.start()
     stop = asyncio.Event()
     # The sweep queues live jobs every PROGRESS_INTERVAL; created here so that it stops with kopf.
-    _sweep.update(stop=stop, task=asyncio.create_task(sweep_forever(stop)))
+    _sweep.update(stop=stop, task=asyncio.create_task(workers.sweep_forever(stop)))
 
 
 @kopf.on.cleanup()
@@ -65,4 +65,4 @@ async def stop_sweeping(**_) -> None:
     if _sweep:
         _sweep["stop"].set()  # type: ignore[attr-defined]
         await _sweep["task"]  # type: ignore[misc]
-    await asyncio.to_thread(stop_workers)  # a reconcile under way finishes; queued ones are dropped
+    await asyncio.to_thread(workers.stop)  # a reconcile under way finishes; queued ones are dropped

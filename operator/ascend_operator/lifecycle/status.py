@@ -11,7 +11,7 @@ from ..api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from ..faults.disruption import disruption
 from ..faults.failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
 from ..faults.infra_fault import fault, node_name
-from ..cache.job_pods import JobPods, terminating
+from ..cache.job_pods import JobPods, has_run, held
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -75,11 +75,6 @@ def termination_result(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else None
 
 
-def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods that are not being deleted: a terminating pod belongs to the past (a restart, a suspension)."""
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
 def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     """(retryable, reason, message) for one failed pod, from its exit code and the engine's report."""
     term = _terminated(pod)
@@ -141,19 +136,12 @@ def _restart_avoiding(status: dict[str, Any], faults: list[tuple[dict[str, Any],
                       policy: RunPolicy, at: str) -> dict[str, Any]:
     """A gang restart after pods failed because of their node or device: those nodes join status.avoidedNodes
     (the new pods are kept off them) and the restart is a disruption, not counted against backoffLimit."""
-    avoided = [dict(a) for a in status.get("avoidedNodes") or []]
-    known = {a["node"] for a in avoided}
-    for pod, (reason, why) in faults:
-        node = node_name(pod)
-        if node and node not in known:
-            avoided.append({"node": node, "reason": reason, "message": f"pod {pod['metadata']['name']}: {why}",
-                            "time": at})
-            known.add(node)
+    status = _avoid(status, faults, at)
     pod, (reason, why) = faults[0]
     message = f"pod {pod['metadata']['name']} on node {node_name(pod) or '?'}: {why}"
-    if avoided:
+    if avoided := status.get("avoidedNodes"):
         message += f"; new pods avoid node(s) {', '.join(a['node'] for a in avoided)}"
-    return _restart({**status, "avoidedNodes": avoided}, reason, message, policy, at, disrupted=True)
+    return _restart(status, reason, message, policy, at, disrupted=True)
 
 
 def restart_stalled(status: dict[str, Any], message: str, policy: RunPolicy, at: str) -> dict[str, Any]:
@@ -164,13 +152,47 @@ def restart_stalled(status: dict[str, Any], message: str, policy: RunPolicy, at:
     return _restart(status, "Stalled", message, policy, at)
 
 
-def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
-           at: dt.datetime | None = None) -> dict[str, Any]:
-    """The next status for a job whose objects exist and which expects ``expected`` pods.
+def _avoid(status: dict[str, Any], faults: list[tuple[dict[str, Any], tuple[str, str]]], at: str) -> dict[str, Any]:
+    """status.avoidedNodes with the nodes of ``faults`` added (each once)."""
+    avoided = [dict(a) for a in status.get("avoidedNodes") or []]
+    known = {a["node"] for a in avoided}
+    for pod, (reason, why) in faults:
+        node = node_name(pod)
+        if node and node not in known:
+            avoided.append({"node": node, "reason": reason, "message": f"pod {pod['metadata']['name']}: {why}",
+                            "time": at})
+            known.add(node)
+    return {**status, "avoidedNodes": avoided} if avoided else status
 
-    The handler acts on what changed: ``restarts`` grown -> delete every pod (gang restart), then create them
-    again once gone; a terminal phase -> delete pods as ``runPolicy.cleanPodPolicy`` says. Reads only the counts
-    of ``JobPods`` and the failed or first pending pod, so it costs O(1) in the size of a healthy job.
+
+def _lost_while_running(status: dict[str, Any], ended: list[dict[str, Any]], policy: RunPolicy,
+                        at: str) -> dict[str, Any]:
+    """A pod of the current gang deleted after it ran (a drain, a preemption, a user, its node lost): its ranks
+    are gone from every collective, so the gang restarts; the cluster's reason decides whether it counts against
+    backoffLimit."""
+    if faults := [(p, f) for p in ended if (f := fault(p))]:
+        return _restart_avoiding(status, faults, policy, at)
+    if leaving := next(((p, why) for p in ended if (why := disruption(p))), None):
+        pod, why = leaving
+        return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, at, True)
+    names = ", ".join(p["metadata"]["name"] for p in ended[:3]) + (f" and {len(ended) - 3} more" if len(ended) > 3
+                                                                   else "")
+    return _restart(status, "PodDeleted", f"pod {names} was deleted while running", policy, at)
+
+
+def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[str, Any], policy: RunPolicy | None = None,
+           at: dt.datetime | None = None, blocked: str | None = None) -> dict[str, Any]:
+    """The next status of a job from the pods of its current attempt (live and terminating), in any phase.
+
+    Every fault of the attempt is read here, whatever the phase: a pod that failed, and a pod deleted that still
+    carries the operator's finalizer (its end not yet counted). A pod deleted after it ran restarts the gang (the
+    attempt grows by one); a pod deleted before it ran is replaced under its own name by the reconcile, which
+    creates every missing index of the current attempt (only a node it failed on is recorded here). ``blocked``
+    says why missing pods cannot be created yet (the previous attempt's pods still stopping), for the message.
+    The reconcile acts on what changed: ``restarts`` grown -> the older attempts' pods are deleted and the next
+    attempt's created once they are gone; a terminal phase -> pods deleted as ``runPolicy.cleanPodPolicy`` says.
+    Reads only the counts of ``JobPods`` and the failed, terminating or first pending pods, so it costs O(1) in
+    the size of a healthy job.
     """
     if not isinstance(pods, JobPods):
         pods = JobPods(pods)
@@ -190,8 +212,8 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
                                                                     at or dt.datetime.now(dt.timezone.utc)):
         return _finish(status, "Failed", "DeadlineExceeded",
                        f"runPolicy.activeDeadlineSeconds ({policy.activeDeadlineSeconds}) passed", stamp)
-    if pods.count("Failed"):
-        failed = pods.in_phase("Failed")
+    failed = pods.in_phase("Failed") + [p for p in pods.ending("Failed") if held(p)]
+    if failed:
         # A node or device fault explains the other ranks' failures too (their peer vanished mid-collective).
         if faults := [(p, f) for p in failed if (f := fault(p))]:
             return _restart_avoiding(status, faults, policy, stamp)
@@ -208,43 +230,35 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
         _, reason, why = rerun or failures[0]
         return _restart(status, reason, why, policy, stamp, disrupted=rerun is not None)
-    if phase == "Restarting" and pods.terminating:
-        # A node lost under the new gang while it starts: its pod is evicted. (The old gang's evicted pods are
-        # on nodes already avoided, so they restart nothing twice.)
-        avoided = {a["node"] for a in status.get("avoidedNodes") or []}
-        if fresh := [(p, f) for p in pods if terminating(p) and (f := fault(p)) and node_name(p) not in avoided]:
-            return _restart_avoiding(status, fresh, policy, stamp)
-    if pods.live_count < expected and phase in ("Running", "Pending") and created.get("status") == "True":
-        # Someone deleted a pod (a drain, a preemption): only the policy brings it back, with the whole gang.
-        missing = sorted(set(range(expected)) - pods.live_indexes())
-        gone = ", ".join(str(i) for i in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        # Preempted or evicted: the pod is on its way out with the cluster's reason on it.
-        leaving = next(((p, why) for p in pods if terminating(p) and (why := disruption(p))), None)
-        if faults := [(p, f) for p in pods if terminating(p) and (f := fault(p))]:
-            return _restart_avoiding(status, faults, policy, stamp)
-        if leaving:
-            pod, why = leaving
-            return _restart(status, "PodDisrupted", f"pod {pod['metadata']['name']}: {why}", policy, stamp, True)
-        return _restart(status, "PodDeleted", f"pod index {gone} was deleted", policy, stamp)
+    ended = [p for p in pods.ending("Pending", "Running") if held(p)]  # deleted, their end not counted yet
+    if ran := [p for p in ended if has_run(p)]:
+        return _lost_while_running(status, ran, policy, stamp)
+    if faults := [(p, f) for p in ended if (f := fault(p))]:  # never ran: replaced, kept off the node it lost
+        status = _avoid(status, faults, stamp)
     conditions = status["conditions"]
-    running, succeeded = pods.count("Running"), pods.count("Succeeded")
+    running, succeeded = pods.count("Running"), counts["succeeded"]
     if succeeded == expected:
         message = f"all {expected} pods completed"
         return _finish(status, "Succeeded", "JobSucceeded", message, stamp)
     if running + succeeded == expected:
         status.setdefault("startTime", stamp)
         message = f"{counts['ready']}/{expected} pods ready"
-        if phase == "Restarting":
+        if phase == "Restarting" or is_true(status, "Restarting"):
             conditions = set_condition(conditions, "Restarting", "False", "PodsRunning",
                                        f"restart {status.get('restarts', 0)} running", stamp)
         conditions = set_condition(conditions, "Running", "True", "PodsRunning", message, stamp)
         return {**status, "phase": "Running", "conditions": conditions}
+    missing = expected - pods.live_count - len(ended)
     waiting = pods.first_in_phase("Pending")
+    parts = [f"{running}/{expected} pods running"]
     if waiting:
-        message = f"{running}/{expected} pods running; {waiting['metadata']['name']}: {_waiting_reason(waiting)}"
-    else:
-        message = f"{expected - pods.live_count} of {expected} pods not created yet"
-    if phase == "Restarting":
-        return {**status, "phase": "Restarting"}  # the Restarting condition says why; Running stays False
-    conditions = set_condition(conditions, "Running", "False", "PodsPending", message, stamp)
-    return {**status, "phase": "Pending", "conditions": conditions}
+        parts.append(f"{waiting['metadata']['name']}: {_waiting_reason(waiting)}")
+    if missing > 0 or ended:
+        replacing = f"; replacing {len(ended)} deleted before running" if ended else ""
+        parts.append(f"{blocked}" if blocked else f"{max(missing, 0) + len(ended)} of {expected} pods not "
+                                                  f"created yet{replacing}")
+    message = "; ".join(parts)
+    phase = "Restarting" if is_true(status, "Restarting") else "Pending"
+    conditions = set_condition(conditions, "Running", "False", "PodsPending" if not blocked else "PodsStopping",
+                               message, stamp)
+    return {**status, "phase": phase, "conditions": conditions}
