@@ -22,6 +22,25 @@ the launcher turns that sharing off for in-place restarts.
 Stopping: for a restart the old workers are killed (SIGKILL), not asked to stop: their state is thrown away and
 the new ones load the checkpoint, and a worker asked with SIGTERM would try to finish its step and save
 (``train/preemption.py``) while its peer is gone, holding the restart up for torchrun's 30 s.
+
+The cause: a worker that fails writes its error line (``AssertionError: First dimension ...``) to the error file
+torchrun gives it (``TORCHELASTIC_ERROR_FILE``, in torch's ErrorHandler format: ``record_worker_error``, called by
+``telemetry.report_failure``); the agent reads it into its ``ProcessFailure`` and the launcher keeps it, with the exit
+code, for every failure in the record, in its log line and in the termination report when it gives up.
+
+One count for the job: torchrun's agents each count their own workers' failures (``--max-restarts`` per pod), so
+with two pods a limit of 2 allowed 3 restarts, or 4. Here the count lives in the rendezvous store (the c10d
+backend's, hosted by pod 0's agent and kept across rounds): the agents of one round share the count they started
+it with, ``k``; the first agent whose workers fail in that round raises the job's count to ``k + 1`` (``store.add``
+of a per-round claim, so a peer that fails because of it does not count it again), and every agent that sees a
+failure in the round decides on ``k + 1``: restart while it is at most N, give up beyond. The first agent that
+gives up leaves its report in the store; the agents that fail after it in the same round give up with the same
+report, so every pod names the same cause. A gang restart starts a new store: the count is per attempt.
+
+A failure that repeats the pod's previous failure's error line with no step trained in between (a worker says it
+has trained one with ``trained_a_step``, a file beside the record) is not retried: another restart would fail the
+same way (a layout Megatron refuses while building the model), so the agent gives up at once, ``RepeatedFailure``,
+permanent.
 """
 from __future__ import annotations
 
@@ -30,14 +49,22 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
+import traceback
 from typing import Any
 
 RECORD_ENV = "ASCEND_RECOVERY_RECORD"
 TORCHRUN_RANK_ENV = "ASCEND_TORCHRUN_RANK"  # the rank torchrun gave, before rank_by_pod
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # torchrun's, one per worker and attempt
 DELIBERATE_EXIT = 2  # the engine's own refusal (telemetry.fail): the same input fails the same way again
 EXHAUSTED_REASON = "InPlaceRecoveryExhausted"
+REPEATED_REASON = "RepeatedFailure"
+TRAINED_FILE = "trained.json"  # beside the record: a worker of this pod has trained a step since the last failure
+STORE_PREFIX = "ascend.inplace"  # the job's keys in the rendezvous store, next to torch.rendezvous.<run id>.*
+MAX_LINE = 500  # characters of an error line kept (the termination message holds 4 KiB in all)
+FAILURES_KEPT = 20  # the newest worker failures in the record
 
 
 def rank_by_pod() -> None:
@@ -81,6 +108,113 @@ def _write(path: str, record: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def error_line(reason: str, message: str) -> str:
+    """The one line that says why a command failed: the message's first line, with the reason in front when the
+    line does not already name it (``AssertionError: ...`` stays, ``bad training data: ...`` becomes
+    ``DataError: bad training data: ...``)."""
+    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+    if not first:
+        return reason[:MAX_LINE]
+    from .exception_line import exception_line
+
+    return (first if first.startswith(f"{reason}:") or exception_line(first) else f"{reason}: {first}")[:MAX_LINE]
+
+
+def record_worker_error(line: str) -> None:
+    """This worker's error line for its torchrun agent, in the error file torchrun named (the format torch's
+    ``ErrorHandler.record_exception`` writes, which the agent reads into its ``ProcessFailure``); outside torchrun,
+    nothing. Written whole (a rename), since the agent refuses a file it cannot parse."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path:
+        return
+    callstack = traceback.format_exc() if sys.exc_info()[0] is not None else line
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": callstack,
+                                                       "timestamp": str(int(time.time()))}}}
+    try:
+        _write(path, data)
+    except OSError:
+        pass  # the agent then reports the exit code alone, as before
+
+
+_TRAINED = False
+
+
+def trained_a_step(iteration: int) -> None:
+    """Tell this pod's agent that a step was trained (once per process: the first step is what counts), so that a
+    later failure is not taken for the previous one repeating (``RepeatedFailure``)."""
+    global _TRAINED
+    path = os.environ.get(RECORD_ENV)
+    if _TRAINED or not path:
+        return
+    _TRAINED = True
+    try:
+        _write(os.path.join(os.path.dirname(path), TRAINED_FILE),
+               {"iteration": iteration, "rank": os.environ.get("RANK"), "at": time.time()})
+    except OSError:
+        pass
+
+
+def _failure(f) -> dict[str, Any]:
+    """One worker failure as the record keeps it, from torchrun's ``ProcessFailure``: the error line is the one
+    the worker wrote to its error file (None when it wrote none: killed by a signal, or it died before it could)."""
+    message = f.message if f.error_file != "<N/A>" else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    line = next((x.strip() for x in message.splitlines() if x.strip()), None) if isinstance(message, str) else None
+    return {"localRank": f.local_rank, "exitCode": f.exitcode, "failedAt": float(f.timestamp),
+            "signal": f.signal_name() if f.exitcode < 0 else None, "error": line[:MAX_LINE] if line else None}
+
+
+def _cause(failures: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The failure that explains the others: the first one with an error line, else the first one."""
+    ordered = sorted(failures, key=lambda f: (f["failedAt"], f["localRank"]))
+    return next((f for f in ordered if f.get("error")), ordered[0] if ordered else None)
+
+
+def describe(f: dict[str, Any]) -> str:
+    """``AssertionError: ... (local rank 0, exit code 1)``, ``local rank 0 killed by SIGKILL``, ``local rank 0 exit
+    code 1``."""
+    if f.get("error"):
+        how = f"killed by {f['signal']}" if f.get("signal") else f"exit code {f['exitCode']}"
+        return f"{f['error']} (local rank {f['localRank']}, {how})"
+    return f"local rank {f['localRank']} " + (f"killed by {f['signal']}" if f.get("signal") else
+                                              f"exit code {f['exitCode']}")
+
+
+class JobCount:
+    """The job's in-place restart count in the rendezvous store (see the module's docstring)."""
+
+    def __init__(self, worker_group) -> None:
+        store = worker_group.store  # this round's prefix over the rendezvous backend's store, kept across rounds
+        self.store = getattr(store, "underlying_store", store)
+        self.prefix = f"{STORE_PREFIX}.{worker_group.spec.rdzv_handler.get_run_id()}"
+
+    def failed(self, k: int) -> int:
+        """A failure in the round begun at count ``k``: counted once however many agents see one."""
+        if self.store.add(f"{self.prefix}.failed.{k}", 1) == 1:
+            self.store.add(f"{self.prefix}.restarts", 1)
+        return k + 1
+
+    def current(self) -> int:
+        return int(self.store.add(f"{self.prefix}.restarts", 0))
+
+    def given_up(self, k: int) -> dict[str, Any] | None:
+        key = f"{self.prefix}.gave-up.{k}"
+        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+
+    def give_up(self, k: int, report: dict[str, Any]) -> None:
+        self.store.set(f"{self.prefix}.gave-up.{k}", json.dumps(report))
+
+
+def _pod_index() -> int | None:
+    index = os.environ.get("NODE_RANK", "")
+    return int(index) if index.isdigit() else None
+
+
+def _say(line: str) -> None:
+    print(f"[torchrun] {line}", file=sys.stderr, flush=True)
+
+
 def watch_agent(max_restarts: int) -> dict[str, Any]:
     """Wrap the elastic agent's monitor and restart steps (in the launcher's process, before torchrun starts);
     returns the live record (also written to ``ASCEND_RECOVERY_RECORD`` for the workers)."""
@@ -90,30 +224,88 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="ascend-recovery-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the workers are gone by the launcher's exit
     path = os.path.join(folder, "record.json")
+    trained_path = os.path.join(folder, TRAINED_FILE)
     os.environ[RECORD_ENV] = path
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # a fresh store per round: see worker_store
     record: dict[str, Any] = {"restarts": 0, "maxRestarts": max_restarts, "last": None, "exhausted": False,
-                              "podIndex": os.environ.get("NODE_RANK")}
+                              "permanent": False, "podIndex": os.environ.get("NODE_RANK"), "failures": []}
     _write(path, record)
     monitor, restart = LocalElasticAgent._monitor_workers, SimpleElasticAgent._restart_workers
 
+    def give_up(agent, pending, report, count=None, k=None):
+        agent._remaining_restarts = 0
+        record.update(exhausted=True, permanent=bool(report.get("permanent")), last=pending, report=report)
+        _say(f"giving up in-place recovery: {report['reason']}: {report['message']}")
+        if count is not None:
+            try:
+                count.give_up(k, report)
+            except Exception:  # noqa: BLE001 - the store gone with pod 0: this pod's own report stands
+                pass
+
     def monitored(agent, worker_group):
         result = monitor(agent, worker_group)
-        if result.state in {WorkerState.UNHEALTHY, WorkerState.FAILED}:
-            failures = [{"localRank": f.local_rank, "exitCode": f.exitcode, "failedAt": float(f.timestamp),
-                         "signal": f.signal_name() if f.exitcode < 0 else None}
-                        for f in result.failures.values()]
-            record["pending"] = {"failures": failures, "detectedAt": time.time()}
-            if failures and all(f["exitCode"] == DELIBERATE_EXIT for f in failures):
-                agent._remaining_restarts = 0  # the engine refused its input: no restart can fix it
-            elif agent._remaining_restarts == 0:
-                record.update(exhausted=True, last=record.pop("pending"))
+        if result.state not in {WorkerState.UNHEALTHY, WorkerState.FAILED}:
+            return result
+        failures = [_failure(f) for f in result.failures.values()]
+        k = record["restarts"]  # the job's count when this round began
+        for f in failures:
+            record["failures"] = [*record["failures"], {**f, "round": k}][-FAILURES_KEPT:]
+        pending = {"failures": failures, "detectedAt": time.time()}
+        record["pending"] = pending
+        if failures and all(f["exitCode"] == DELIBERATE_EXIT for f in failures):
+            agent._remaining_restarts = 0  # the engine refused its input: no restart can fix it
+            return result
+        cause = _cause(failures) or {"localRank": "?", "exitCode": None, "error": None}
+        try:  # taken: the next failure is judged on the steps trained after this one
+            os.unlink(trained_path)
+            trained = True
+        except FileNotFoundError:
+            trained = False
+        repeated = bool(cause["error"]) and cause["error"] == record.get("previousError") and not trained
+        record["previousError"] = cause["error"]
+        base = {"status": "Failed", **({"error": cause["error"]} if cause["error"] else {}),
+                "exitCode": cause["exitCode"], "inPlaceRestarts": k, "podIndex": _pod_index()}
+        limit = f"(runPolicy.recovery.inPlaceRestarts {max_restarts})"
+        count = None
+        try:
+            count = JobCount(worker_group)
+            adopted = count.given_up(k)
+            after = count.failed(k)
+        except Exception as e:  # noqa: BLE001 - pod 0's store unreachable: no rendezvous could succeed either
+            give_up(agent, pending, {**base, "reason": EXHAUSTED_REASON, "permanent": False,
+                                     "message": f"{describe(cause)} after {k} in-place restart(s) {limit}; the job's "
+                                                f"restart count in pod 0's rendezvous store is unreachable "
+                                                f"({type(e).__name__}: {e})"[:2000]})
+            return result
+        if adopted:  # another pod gave up in this round first: the same cause in every pod's report
+            give_up(agent, pending, adopted)
+        elif repeated:
+            give_up(agent, pending, {**base, "reason": REPEATED_REASON, "permanent": True,
+                                     "message": f"{describe(cause)}: the same error as the failure before, with no "
+                                                f"step trained since; not retried in place (in-place restarts used: "
+                                                f"{k} of {max_restarts})"}, count, k)
+        elif after > max_restarts:
+            give_up(agent, pending, {**base, "reason": EXHAUSTED_REASON, "permanent": False,
+                                     "message": f"{describe(cause)} after {k} in-place restart(s) {limit}"}, count, k)
+        else:
+            agent._remaining_restarts = max_restarts - k  # torchrun's own count follows the job's: it restarts
+            pending["restart"] = after
+            _say(f"in-place restart {after}/{max_restarts}: {describe(cause)}")
         return result
 
     def restarted(agent, worker_group):
         # no failure seen here: healthy workers, restarted because another pod's agent opened a new round
         last = record.pop("pending", None) or {"failures": [], "detectedAt": time.time()}
-        record.update(restarts=record["restarts"] + 1, last=last)
+        k = last.get("restart")
+        if k is None:
+            try:
+                k = JobCount(worker_group).current()
+            except Exception:  # noqa: BLE001 - the rendezvous will say what is wrong with the store
+                k = record["restarts"] + 1
+            _say(f"in-place restart {k}/{max_restarts}: another pod's workers failed")
+        record.update(restarts=k, last=last)
+        agent._remaining_restarts = max(max_restarts - k, 0)  # TORCHELASTIC_RESTART_COUNT is then the job's count
+
         def stop_then_write(group):
             agent._shutdown(death_sig=signal.SIGKILL)
             last["stoppedAt"] = time.time()
@@ -131,14 +323,26 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
 
 
 def exhausted_report(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The launcher's termination report when in-place restarts ran out on failures another try might fix (the
-    operator then replaces the gang), or None (no restarts configured, or a deliberate failure: the engine's own
-    report stands)."""
+    """The launcher's termination report when it gave up in-place recovery (None when it did not, or the failure
+    was deliberate: the engine's own report stands). The operator reads it from the container's termination
+    message:
+
+    * ``reason`` ``InPlaceRecoveryExhausted`` (``permanent`` false: the next rung, a gang restart, may help) or
+      ``RepeatedFailure`` (``permanent`` true: the same error again with no step trained in between);
+    * ``message``: the failed worker's error line first when it left one (``AssertionError: ... (local rank 0, exit
+      code 1) after 3 in-place restart(s) (runPolicy.recovery.inPlaceRestarts 3)``);
+    * ``error`` (that line; absent when the worker left none, e.g. killed by a signal), ``exitCode`` (the worker's,
+      as torchrun reports it: negative for a signal), ``inPlaceRestarts`` (the job's in-place restarts before it),
+      ``podIndex`` (the pod whose worker failed: a pod that gave up because another one had carries its report)."""
     if not record.get("exhausted"):
         return None
-    failed = ", ".join(f"local rank {f['localRank']} " + (f"killed by {f['signal']}" if f.get("signal") else
-                                                          f"exit code {f['exitCode']}")
-                       for f in (record.get("last") or {}).get("failures", [])) or "a worker failed"
-    return {"status": "Failed", "reason": EXHAUSTED_REASON,
-            "message": f"{failed} after {record['restarts']} in-place restart(s) "
-                       f"(runPolicy.recovery.inPlaceRestarts {record['maxRestarts']})"}
+    if record.get("report"):
+        return record["report"]
+    failures = (record.get("last") or {}).get("failures", [])
+    cause = _cause(failures)
+    return {"status": "Failed", "reason": EXHAUSTED_REASON, "permanent": False,
+            "message": f"{describe(cause) if cause else 'a worker failed'} after {record['restarts']} in-place "
+                       f"restart(s) (runPolicy.recovery.inPlaceRestarts {record['maxRestarts']})",
+            **({"error": cause["error"]} if cause and cause.get("error") else {}),
+            "exitCode": cause["exitCode"] if cause else None, "inPlaceRestarts": record["restarts"],
+            "podIndex": _pod_index()}

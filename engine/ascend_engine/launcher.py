@@ -4,11 +4,13 @@ A pod's command starts with torchrun, whose own ``import torch`` takes 5-15 s on
 line appears; this launcher says so on stderr (again every few seconds, as the engine's start-up lines do) and
 then runs torchrun's own ``main`` with the same arguments, in the same process, so signals, exit codes and the
 torchrun contract are torchrun's. With ``--max-restarts`` above 0 it records the agent's in-place restarts for
-the workers and, when they run out, leaves a termination report the operator reads (``ascend_engine.inplace``).
+the workers (each failure's error line and exit code) and, when they run out or a failure repeats before a step
+was trained, leaves a termination report the operator reads (``ascend_engine.inplace``).
 """
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
 
@@ -31,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
 
     gc.freeze()  # torch's objects live as long as the process: no collection, the exit's included, walks them
     argv = sys.argv[1:] if argv is None else argv
+    # The workers leave their error line in torchrun's error files (inplace.record_worker_error); torchrun's main
+    # then copies the first one to its own, and without one logs an error saying it has none. The cause reaches
+    # the operator through this launcher's report and the workers' own, not through that copy.
+    os.environ.setdefault("TORCHELASTIC_ERROR_FILE", os.devnull)
     record = None
     if max_restarts := _max_restarts(argv):
         from .inplace import watch_agent

@@ -260,7 +260,13 @@ def report_result(result: dict[str, Any]) -> None:
 
 def report_failure(reason: str, message: str, extra: dict[str, Any] | None = None) -> None:
     """The error that ends the command, as its termination message (the operator puts it in the job's
-    conditions); a report written before (a command's own failure summary) stays. ``extra``: more fields."""
+    conditions); a report written before (a command's own failure summary) stays. ``extra``: more fields.
+
+    Under torchrun its one line also goes to the worker's error file, where the agent reads it: the launcher's
+    record and report of in-place restarts name it (``inplace.record_worker_error``)."""
+    from .inplace import error_line, record_worker_error
+
+    record_worker_error(error_line(reason, message))
     if not _REPORTED:
         report_result({"status": "Failed", "reason": reason, "message": message[-2000:], **(extra or {})})
 

@@ -18,13 +18,15 @@ def test_ranks_follow_the_pod_index_whatever_order_the_rendezvous_chose(monkeypa
     assert (os.environ["RANK"], os.environ["GROUP_RANK"], os.environ[inplace.TORCHRUN_RANK_ENV]) == ("9", "2", "5")
 
 
-def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang():
+def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang(monkeypatch):
+    monkeypatch.setenv("NODE_RANK", "1")
     record = {"restarts": 3, "maxRestarts": 3, "exhausted": True,
               "last": {"failures": [{"localRank": 0, "exitCode": -9, "signal": "SIGKILL", "failedAt": 1.0}]}}
     report = inplace.exhausted_report(record)
-    assert report == {"status": "Failed", "reason": "InPlaceRecoveryExhausted",
+    assert report == {"status": "Failed", "reason": "InPlaceRecoveryExhausted", "permanent": False,
                       "message": "local rank 0 killed by SIGKILL after 3 in-place restart(s) "
-                                 "(runPolicy.recovery.inPlaceRestarts 3)"}
+                                 "(runPolicy.recovery.inPlaceRestarts 3)",
+                      "exitCode": -9, "inPlaceRestarts": 3, "podIndex": 1}
     assert inplace.exhausted_report({**record, "exhausted": False}) is None  # a deliberate failure's report stands
     pod = {"metadata": {"name": "j-1-0"}, "status": {"containerStatuses": [{"state": {"terminated": {
         "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}

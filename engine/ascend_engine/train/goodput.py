@@ -132,7 +132,8 @@ class GoodputClock:
         seen = sorted(((f, r.get("podIndex", "?")) for r in self.agents for f in (r.get("last") or {}).get("failures", [])),
                       key=lambda item: (item[0]["failedAt"], not item[0].get("signal")))  # the first, a kill first
         failures = [f"pod index {pod} local rank {f['localRank']} " +
-                    (f"killed by {f['signal']}" if f.get("signal") else f"exit code {f['exitCode']}")
+                    (f"killed by {f['signal']}" if f.get("signal") else f"exit code {f['exitCode']}") +
+                    (f" ({f['error']})" if f.get("error") else "")  # the worker's error line: the cause
                     for f, pod in seen]
         limit = max(r.get("maxRestarts", 0) for r in self.agents)
         return (f"in-place restart {restarts}/{limit}: {', '.join(failures) or 'a worker failed'}; the pods were "

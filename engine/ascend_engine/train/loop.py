@@ -8,6 +8,7 @@ import torch
 
 from ..config.train import TrainConfig
 from ..device import Backend, all_reduce_host
+from ..inplace import trained_a_step
 from ..models.wrappers import unwrap
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress, emit_event, preference_fields, say, started_up
@@ -251,6 +252,7 @@ class Trainer:
                 continue
             preemption.step_done(time.perf_counter() - step_start)
             self.goodput.step_done(self.iteration)
+            trained_a_step(self.iteration)  # this pod's agent: a failure from now on is not a repeat of the last one
             losses.append(loss)
             window_steps += 1
             progress.update(1, extra=f"lm loss {loss:.4f}")
