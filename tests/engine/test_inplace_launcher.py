@@ -168,15 +168,19 @@ def test_the_in_place_restart_limit_is_the_jobs_not_each_pods(tmp_path):
 
     said = [int(k) for out in outputs for k in re.findall(r"in-place restart (\d+)/2", out)]
     assert said and max(said) == 2, outputs
-    killed = report(tmp_path, 1)
-    assert killed == {"status": "Failed", "reason": "InPlaceRecoveryExhausted", "permanent": False, "exitCode": -9,
-                      "inPlaceRestarts": 2, "podIndex": 1,
-                      "message": "local rank 0 killed by SIGKILL after 2 in-place restart(s) "
-                                 "(runPolicy.recovery.inPlaceRestarts 2)"}, outputs[1][-3000:]
-    # pod 0 (whose worker failed only because its peer was killed) gives up too: with pod 1's report when pod 1 had
-    # given up first (the usual order), with its own worker's line otherwise; after 2 restarts either way
-    other = report(tmp_path, 0)
-    assert other == killed or (other["reason"] == "InPlaceRecoveryExhausted" and other["inPlaceRestarts"] == 2
-                               and other["podIndex"] == 0 and other["exitCode"] == 1
-                               and other["message"].startswith(other["error"])), other
+    # Both pods give up after 2 restarts. The first to give up leaves its report in the store and the other, whose
+    # worker failed in the same round, gives up with it: usually pod 1, whose agent sees the kill at once, while
+    # pod 0's worker still has to meet the broken all-reduce and exit. On a starved machine the order can turn, and
+    # either pod may carry its own report; each report is one of the two.
+    killed = {"status": "Failed", "reason": "InPlaceRecoveryExhausted", "permanent": False, "exitCode": -9,
+              "inPlaceRestarts": 2, "podIndex": 1,
+              "message": "local rank 0 killed by SIGKILL after 2 in-place restart(s) "
+                         "(runPolicy.recovery.inPlaceRestarts 2)"}
+    for pod in (0, 1):
+        r = report(tmp_path, pod)
+        line = r.get("error")
+        consequence = (r["podIndex"] == 0 and r["exitCode"] == 1 and r["reason"] == "InPlaceRecoveryExhausted"
+                       and r["inPlaceRestarts"] == 2 and r["message"] == f"{line} (local rank 0, exit code 1) "
+                       "after 2 in-place restart(s) (runPolicy.recovery.inPlaceRestarts 2)")
+        assert r == killed or consequence, (pod, r, outputs[pod][-3000:])
     assert all(p.returncode != 0 for p in procs)

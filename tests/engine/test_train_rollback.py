@@ -137,4 +137,5 @@ def test_after_a_rollback_the_run_is_the_one_that_never_saw_the_window(tmp_path,
             assert_same(mine["np_rng_state"], first["rng_state"][rank]["np_rng_state"], f"numpy {iteration} {rank}")
         assert ours["args"].consumed_train_samples == theirs["args"].consumed_train_samples + BATCH
     # dropout does draw from torch's generator every step, so its equality above is no accident of an idle one
-    assert not torch.equal(first["rng_state"][0]["torch_rng_state"], state("poisoned", 12)["rng_state"][0]["torch_rng_state"])
+    later = state("poisoned", 12)["rng_state"][0]["torch_rng_state"]
+    assert not torch.equal(first["rng_state"][0]["torch_rng_state"], later)
