@@ -32,3 +32,30 @@ def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang(mo
         "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}
     retryable, reason, message = _failure(pod, RunPolicy())
     assert retryable and reason == "InPlaceRecoveryExhausted" and "killed by SIGKILL" in message
+
+
+def test_the_workers_error_line_is_the_jobs_cause_when_a_level_runs_out_or_the_same_error_repeats():
+    """Issue 49's lost cause: the Failed condition (and so its event and `ascend-train get`) names the worker's
+    own line, whether the in-place restarts ran out and then backoffLimit did, or the same error came back before a
+    step was trained (permanent at once: no restart can fix a layout Megatron refuses)."""
+    from ascend_operator.lifecycle.status import derive
+
+    line = "AssertionError: First dimension of the tensor should be divisible by tensor parallel size"
+
+    def failed(report):
+        return {"metadata": {"name": "j-0-0", "labels": {"ascendtrain.dev/replica-index": "0"}},
+                "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
+                    "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}
+
+    exhausted = {"status": "Failed", "reason": "InPlaceRecoveryExhausted", "permanent": False, "error": line,
+                 "exitCode": 1, "inPlaceRestarts": 3,
+                 "message": f"{line} (local rank 0, exit code 1) after 3 in-place restart(s)"}
+    status = derive([failed(exhausted)], 1, {"phase": "Running"}, RunPolicy(backoffLimit=0))
+    condition = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert condition["reason"] == "BackoffLimitExceeded" and line in condition["message"]
+    repeated = {**exhausted, "reason": "RepeatedFailure", "permanent": True,
+                "message": f"{line} (local rank 0, exit code 1): the same error as the failure before"}
+    status = derive([failed(repeated)], 1, {"phase": "Running"}, RunPolicy(backoffLimit=3))
+    condition = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (status["phase"], status.get("restarts", 0), condition["reason"]) == ("Failed", 0, "RepeatedFailure")
+    assert line in condition["message"]

@@ -164,6 +164,7 @@ def gc_pod(i, rv, deleting=True, finalizers=(FINALIZER,)):
     keeps it in the API."""
     p = pod(i, rv=rv, phase_="Failed", deleting=deleting, job="big", attempt=0)
     p["status"]["conditions"].append(NODE_GONE)
+    p["status"]["containerStatuses"] = [{"name": "engine", "state": {"running": {}}}]  # as its kubelet last said
     p["metadata"]["finalizers"] = list(finalizers)
     p["spec"]["nodeName"] = "node-2"
     return p

@@ -26,6 +26,8 @@ def _slim_container(cs: dict[str, Any]) -> dict[str, Any]:
     # finishedAt: when a failure happened, the start of its recovery's detection (goodput.py)
     kept = {k: {f: v for f, v in (state.get(k) or {}).items() if f in ("exitCode", "reason", "message", "finishedAt")}
             for k in ("terminated", "waiting") if state.get(k)}
+    if state.get("running") is not None:  # that it started (has_run), not when
+        kept["running"] = {}
     return {"state": kept}
 
 
@@ -83,11 +85,28 @@ def finished(pod: dict[str, Any]) -> bool:
 
 def has_run(pod: dict[str, Any]) -> bool:
     """Whether a container of the pod ever started (a pod that never ran can be replaced without its gang
-    noticing: no rank has met it)."""
-    if phase(pod) != "Pending":
+    noticing: no rank has met it). A kubelet marks a pod deleted before its container started Failed, with no
+    exit code (or ContainerStatusUnknown): that one never ran either."""
+    if phase(pod) in ("Running", "Succeeded"):
         return True
-    return any((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated")
-               for cs in pod.get("status", {}).get("containerStatuses") or [])
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        term = state.get("terminated") or {}
+        if "running" in state or (term.get("exitCode") is not None and term.get("reason") != "ContainerStatusUnknown"):
+            return True
+    return False
+
+
+def finished_before_deletion(pod: dict[str, Any]) -> bool:
+    """Whether a terminating pod's container had ended before the pod was deleted: its end is its own (an exit code
+    to judge), not the deletion's SIGTERM. Times are whole seconds: an end in the second of the deletion is the
+    deletion's."""
+    if not finished(pod):
+        return False
+    ends = [term["finishedAt"] for cs in pod.get("status", {}).get("containerStatuses") or []
+            if (term := (cs.get("state") or {}).get("terminated") or {}).get("finishedAt")]
+    deleted = pod["metadata"].get("deletionTimestamp")
+    return bool(ends and deleted and max(ends) < deleted)  # RFC 3339 UTC strings order as times
 
 
 class JobPods:

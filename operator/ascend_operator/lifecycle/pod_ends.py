@@ -129,7 +129,7 @@ def replaced(pods: JobPods, attempt: int, suspended: bool) -> list[dict[str, Any
     if suspended:
         return []
     view = pods.attempt(attempt)
-    return [p for p in view.ending("Pending") if held(p) and not has_run(p)] if view.terminating else []
+    return [p for p in view.ending() if held(p) and not has_run(p)] if view.terminating else []
 
 
 def lost(pods: JobPods) -> list[dict[str, Any]]:

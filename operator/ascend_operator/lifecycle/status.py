@@ -6,12 +6,13 @@ import json
 from typing import Any
 
 from ascend_engine.inplace import EXHAUSTED_REASON as IN_PLACE_EXHAUSTED
+from ascend_engine.inplace import REPEATED_REASON as IN_PLACE_REPEATED
 
 from ..api.run_policy import MASTER_UNREACHABLE_EXIT, RunPolicy
 from ..faults.disruption import disruption
 from ..faults.failure_cause import RERUN_REQUESTED, failure_cause, numeric_failure
 from ..faults.infra_fault import fault, node_name
-from ..cache.job_pods import JobPods, has_run, held
+from ..cache.job_pods import JobPods, finished_before_deletion, has_run, held
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -90,6 +91,9 @@ def _failure(pod: dict[str, Any], policy: RunPolicy) -> tuple[bool, str, str]:
     if report.get("reason") == "Preempted":  # SIGTERM: the engine saved its step; torchrun exits 1 all the same
         return True, "Preempted", (f"{message}: preempted after iteration {report.get('iteration')}, checkpoint "
                                    f"{report.get('checkpoint') or 'not saved'}")
+    if report.get("reason") == IN_PLACE_REPEATED or report.get("permanent") is True:
+        # the same error again before a step was trained: no restart, in place or not, can fix it
+        return False, report.get("reason") or IN_PLACE_REPEATED, f"{message}: {report.get('message', '')}; permanent"
     if report.get("reason") == IN_PLACE_EXHAUSTED:  # the next rung of the ladder: replace the gang
         return True, IN_PLACE_EXHAUSTED, f"{message}: {report.get('message', '')}"
     if numeric := numeric_failure(code, report, term.get("message")):  # train.numerics, Megatron's codes 16 / 17
@@ -212,7 +216,12 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
                                                                     at or dt.datetime.now(dt.timezone.utc)):
         return _finish(status, "Failed", "DeadlineExceeded",
                        f"runPolicy.activeDeadlineSeconds ({policy.activeDeadlineSeconds}) passed", stamp)
-    failed = pods.in_phase("Failed") + [p for p in pods.ending("Failed") if held(p)]
+    # The pods deleted (or their node lost) whose end is not counted yet: one that had finished before is judged as
+    # any finished pod; the others ended because of the deletion.
+    ending = [p for p in pods.ending() if held(p)] if pods.terminating else []
+    finished_first = [p for p in ending if finished_before_deletion(p)]
+    deleted = [p for p in ending if not finished_before_deletion(p)]
+    failed = pods.in_phase("Failed") + [p for p in finished_first if p["status"].get("phase") == "Failed"]
     if failed:
         # A node or device fault explains the other ranks' failures too (their peer vanished mid-collective).
         if faults := [(p, f) for p in failed if (f := fault(p))]:
@@ -230,13 +239,13 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
             return _finish(status, "Failed", permanent[1], permanent[2], stamp)
         _, reason, why = rerun or failures[0]
         return _restart(status, reason, why, policy, stamp, disrupted=rerun is not None)
-    ended = [p for p in pods.ending("Pending", "Running") if held(p)]  # deleted, their end not counted yet
-    if ran := [p for p in ended if has_run(p)]:
+    if ran := [p for p in deleted if has_run(p)]:
         return _lost_while_running(status, ran, policy, stamp)
-    if faults := [(p, f) for p in ended if (f := fault(p))]:  # never ran: replaced, kept off the node it lost
+    if faults := [(p, f) for p in deleted if (f := fault(p))]:  # never ran: replaced, kept off the node it lost
         status = _avoid(status, faults, stamp)
     conditions = status["conditions"]
-    running, succeeded = pods.count("Running"), counts["succeeded"]
+    running = pods.count("Running")
+    succeeded = pods.count("Succeeded") + sum(p["status"].get("phase") == "Succeeded" for p in finished_first)
     if succeeded == expected:
         message = f"all {expected} pods completed"
         return _finish(status, "Succeeded", "JobSucceeded", message, stamp)
@@ -248,6 +257,7 @@ def derive(pods: JobPods | list[dict[str, Any]], expected: int, previous: dict[s
                                        f"restart {status.get('restarts', 0)} running", stamp)
         conditions = set_condition(conditions, "Running", "True", "PodsRunning", message, stamp)
         return {**status, "phase": "Running", "conditions": conditions}
+    ended = deleted  # replaced once gone (the others restarted the gang above)
     missing = expected - pods.live_count - len(ended)
     waiting = pods.first_in_phase("Pending")
     parts = [f"{running}/{expected} pods running"]
