@@ -328,3 +328,42 @@ def test_a_pod_lost_while_the_gang_restarts_is_replaced_not_waited_for(operator,
     assert running["restarts"] == 1  # a pod that never ran cost no restart
     assert any(reason == "PodReplaced" and "lost-2-1" in message
                for reason, message in events_of(api_client, namespace, "lost"))
+
+
+def test_a_suspended_job_says_which_checkpoint_it_resumes_from(operator, api_client, namespace):
+    """Issue 49: a preempted job showed iteration 7 while it had saved 24. Suspending sends SIGTERM; the engine saves
+    the step in flight and reports it (its termination message); the pod's finalizer keeps that last status until
+    the operator has read it into status.progress and the Suspended condition."""
+    custom = client.CustomObjectsApi(api_client)
+    create(api_client, namespace, job("ckpt", train={"parallel": {"tensorModelParallelSize": 2},
+                                                     "checkpoint": {"save": "/ckpt/ckpt", "saveInterval": 8}}))
+    wait_for(lambda: len(pods_of(api_client, namespace, "ckpt")) == 2, what="pods")
+    core = client.CoreV1Api(api_client)
+    for i in range(2):  # on a node, whose kubelet will report the end (this test's role)
+        core.create_namespaced_binding(namespace, {"metadata": {"name": f"ckpt-{i}-0"},
+                                                   "target": {"kind": "Node", "name": "node-a"}},
+                                       _preload_content=False)
+    run_all(api_client, namespace, "ckpt")
+    phase_is(api_client, namespace, "ckpt", "Running")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "ckpt",
+                                          {"spec": {"runPolicy": {"suspend": True}}})
+    wait_for(lambda: all(p.metadata.deletion_timestamp for p in pods_of(api_client, namespace, "ckpt")),
+             what="the pods being deleted, held by the operator's finalizer")
+    saved = json.dumps({"status": "Failed", "reason": "Preempted", "iteration": 24,
+                        "checkpoint": "/ckpt/ckpt/iter_0000024"})
+    for i, message in ((0, saved), (1, None)):  # what each pod's kubelet reports once its container ended
+        term = {"exitCode": 143, "reason": "Error", **({"message": message} if message else {})}
+        patch_pod_status(api_client, namespace, f"ckpt-{i}-0", {"phase": "Failed", "containerStatuses": [{
+            "name": "engine", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+            "state": {"terminated": term}}]})
+    suspended = wait_for(lambda: (s := get_job(api_client, namespace, "ckpt")["status"]).get("progress", {}).get(
+        "lastCheckpointIteration") == 24 and s, what="the saved checkpoint in the status")
+    condition = next(c for c in suspended["conditions"] if c["type"] == "Suspended")
+    assert suspended["phase"] == "Suspended" and "resumes from the checkpoint of iteration 24" in condition["message"]
+    for i in range(2):  # the kubelet's final delete, once their end is posted
+        core.delete_namespaced_pod(f"ckpt-{i}-0", namespace, grace_period_seconds=0)
+    wait_for(lambda: pods_of(api_client, namespace, "ckpt") == [], what="the stopped pods released and gone")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "ckpt",
+                                          {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(lambda: len(pods_of(api_client, namespace, "ckpt")) == 2, what="pods again")
+    assert get_job(api_client, namespace, "ckpt")["status"].get("restarts", 0) == 0

@@ -201,3 +201,6 @@ def test_invalid_jobs_are_rejected_naming_the_field(operator, api_client, namesp
     assert "stage 0 of 1 needs" in status["conditions"][0]["message"]
     assert "of 64.00 GiB on Ascend 910B" in status["conditions"][0]["message"]
     assert pods_of(api_client, namespace, "huge") == []
+    # ... and the figures it was refused on in status.plan, as docs/plan.md says (issue 49: none before).
+    assert status["plan"]["verdict"] == "exceeds" and status["plan"]["deviceGiB"] == 64
+    assert status["plan"]["peakGiB"] > 64 and status["plan"]["stages"]

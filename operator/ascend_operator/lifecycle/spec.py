@@ -41,9 +41,10 @@ def parse_spec(model: type[M], kind: str, namespace: str, name: str, spec: dict[
     if refused:
         _fail(kind, namespace, name, body, "PolicyViolation", f"{kind} {namespace}/{name}: {refused}")
         return None
-    too_big = plan.refusal(plan.job_plan(parsed)) if kind == TRAIN_JOB.kind else None
-    if too_big:  # before any pod exists: the layout cannot fit the device (docs/plan.md)
-        _fail(kind, namespace, name, body, plan.REFUSED, f"{kind} {namespace}/{name}: {too_big}")
+    estimate = plan.job_plan(parsed) if kind == TRAIN_JOB.kind else None
+    if too_big := plan.refusal(estimate):  # before any pod exists: the layout cannot fit the device (docs/plan.md)
+        _fail(kind, namespace, name, body, plan.REFUSED, f"{kind} {namespace}/{name}: {too_big}",
+              {"plan": estimate.status()})  # the figures it was refused on
         return None
     if recorded is not None:
         _record_runtime(kind, namespace, name, body, recorded)
@@ -63,9 +64,10 @@ def _record_runtime(kind: str, namespace: str, name: str, body: Any, recorded: d
                       f"template {recorded['hash']}); later changes to it do not apply to this job")
 
 
-def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message: str) -> None:
+def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message: str,
+          extra: dict[str, Any] | None = None) -> None:
     at = now()
     conditions = set_condition([], "Failed", "True", reason, message, at)
     JOBS.observe((kind, namespace, name), kube().patch_status(kind, namespace, name, {
-        "phase": "Failed", "conditions": conditions, "completionTime": at}))
+        "phase": "Failed", "conditions": conditions, "completionTime": at, **(extra or {})}))
     kube().post_event(body, reason, message, warning=True)
