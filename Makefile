@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 SHELL := /bin/bash
 
-.PHONY: venv controlplane tools shell demo test test-fast crds e2e-kind e2e-cluster clean
+.PHONY: venv controlplane tools shell demo test test-fast test-faults crds e2e-kind e2e-cluster clean
 
 venv: $(STAMP)
 
@@ -72,6 +72,15 @@ test: controlplane tools
 
 test-fast: controlplane
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PYTEST) -m "not engine and not e2e"
+
+# The long run of the fault-sequence property (docs/faults.md): FAULT_SEQUENCES random sequences of up to
+# FAULT_SEQUENCE_STEPS faults against the operator on a control plane of its own; a failure is shrunk to a minimal
+# sequence and printed. `make test` runs a short one.
+FAULT_SEQUENCES ?= 2000
+FAULT_SEQUENCE_STEPS ?= 14
+test-faults: controlplane
+	PATH="$(CURDIR)/$(BIN):$$PATH" FAULT_SEQUENCES=$(FAULT_SEQUENCES) FAULT_SEQUENCE_STEPS=$(FAULT_SEQUENCE_STEPS) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=0 tests/operator/test_fault_sequences.py
 
 # Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
 # rules, and the CRD reference in docs/.

@@ -181,6 +181,7 @@ class FaultSequences(RuleBasedStateMachine):
                          "runPolicy": {"backoffLimit": backoff, "cleanPodPolicy": clean}}}
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         self.selector = f"ascendtrain.dev/job-name={self.name}"
+        self.steps = [f"create {self.name}: nnodes {nnodes}, backoffLimit {backoff}, cleanPodPolicy {clean}"]
         self.settle()
 
     # -- reading the cluster --------------------------------------------------------------------------------------
@@ -211,10 +212,15 @@ class FaultSequences(RuleBasedStateMachine):
         while True:
             self.kubelet.finish_deletions(self.selector)
             job = self.job()
+            pods = self.pods()
             state = (job["metadata"]["resourceVersion"],
-                     tuple((p["metadata"]["name"], p["metadata"]["resourceVersion"]) for p in self.pods()))
+                     tuple((p["metadata"]["name"], p["metadata"]["resourceVersion"]) for p in pods),
+                     tuple((p["metadata"]["name"], (p.get("spec") or {}).get("nodeName")) for p in pods))
             idle = not self.operator.up or self.operator.depth() == 0
-            if idle and state == last:
+            # pods on a node that went silent are evicted by the controllers a few seconds later (their toleration):
+            # not quiet until they are gone
+            stranded = [name for name, node in state[2] if node and node not in self.nodes.alive]
+            if idle and state == last and not stranded:
                 since = since or time.monotonic()
                 if time.monotonic() - since >= quiet_s:
                     break
@@ -239,7 +245,9 @@ class FaultSequences(RuleBasedStateMachine):
     def start_pod(self, pick):
         pods = [p for p in self.live("Pending") if self.kubelet.reports(p)]
         if pods:
-            self.kubelet.start(self._pick(pick, pods))
+            pod = self._pick(pick, pods)
+            self.say(f"start {pod['metadata']['name']}")
+            self.kubelet.start(pod)
             self.settle()
 
     @rule(pick=PICK)
@@ -247,6 +255,7 @@ class FaultSequences(RuleBasedStateMachine):
         pods = [p for p in self.live("Running") if self.kubelet.reports(p)]
         if pods:
             pod = self._pick(pick, pods)
+            self.say(f"succeed {pod['metadata']['name']}")
             self.kubelet.end(pod, 0)
             self.model.fault(self.attempt(pod), Success(self.index(pod)))
             self.settle()
@@ -259,6 +268,7 @@ class FaultSequences(RuleBasedStateMachine):
         if not pods:
             return
         pod = self._pick(pick, pods)
+        self.say(f"fail {pod['metadata']['name']} ({kind})")
         if code is None:
             self.kubelet.end(pod, None, message, reason="OutOfcpu")
             cause = "failed without an exit code"
@@ -278,6 +288,7 @@ class FaultSequences(RuleBasedStateMachine):
         pod = self._pick(pick, pods)
         ran = pod["status"].get("phase") == "Running"
         name = pod["metadata"]["name"]
+        self.say(f"{'evict' if evict else 'delete'} {name} ({pod['status'].get('phase')})")
         if evict:
             self.core.create_namespaced_pod_eviction(name, self.namespace, {"metadata": {"name": name,
                                                                                          "namespace": self.namespace}})
@@ -295,8 +306,12 @@ class FaultSequences(RuleBasedStateMachine):
             return
         nodes = sorted({p["spec"]["nodeName"] for p in bound})
         node = nodes[pick % len(nodes)]
-        on_node = [p for p in self.live() if p["spec"].get("nodeName") == node]
+        self.say(f"lose {node}")
         self.nodes.lose(node)
+        # once the node lifecycle controller has tainted it, nothing more is placed there: what is bound to it now
+        # is what its taint eviction takes
+        wait(lambda: not self.nodes.ready(node), 60, f"{node} NotReady")
+        on_node = [p for p in self.live() if (p.get("spec") or {}).get("nodeName") == node]
         wait(lambda: all(self._evicted(p) for p in on_node), 60, f"the pods on {node} evicted")
         for pod in on_node:
             phase = pod["status"].get("phase")
@@ -315,11 +330,13 @@ class FaultSequences(RuleBasedStateMachine):
     @rule(node=st.sampled_from(NODES))
     def restore_node(self, node):
         if node not in self.nodes.alive:
+            self.say(f"restore {node}")
             self.nodes.restore(node)
             self.settle()
 
     @rule(node=st.sampled_from(NODES), on=st.booleans())
     def cordon(self, node, on):
+        self.say(f"{'cordon' if on else 'uncordon'} {node}")
         self.nodes.cordon(node, on)
         self.settle()
 
@@ -328,20 +345,24 @@ class FaultSequences(RuleBasedStateMachine):
     @precondition(lambda self: self.operator.proc is not None)
     @rule(on=st.booleans())
     def pause_operator(self, on):
+        self.say("pause the operator" if on else "resume the operator")
         self.operator.pause(on)
         self.settle()
 
     @rule()
     def kill_and_start_operator(self):
         if self.operator.proc is not None:
+            self.say("kill the operator")
             self.operator.kill()
         else:
+            self.say("start the operator")
             self.operator.start()
         self.settle()
 
     @precondition(lambda self: self.operator.up)  # the job's and the pods' events come on separate watches
     @rule(suspend=st.booleans())
     def set_suspend(self, suspend):
+        self.say(f"suspend: {suspend}")
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
                                                    {"spec": {"runPolicy": {"suspend": suspend}}})
         self.model.suspend = suspend
@@ -350,6 +371,7 @@ class FaultSequences(RuleBasedStateMachine):
     @precondition(lambda self: self.operator.up)
     @rule(limit=st.integers(0, 3))
     def set_backoff_limit(self, limit):
+        self.say(f"backoffLimit: {limit}")
         self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
                                                    {"spec": {"runPolicy": {"backoffLimit": limit}}})
         self.model.backoff_limit = limit
@@ -357,10 +379,20 @@ class FaultSequences(RuleBasedStateMachine):
 
     # -- the invariants -------------------------------------------------------------------------------------------
 
+    def say(self, step: str) -> None:
+        """The sequence so far, for the failure's message (a replay on a live cluster may not reproduce it)."""
+        self.steps.append(step)
+
     @invariant()
     def converged(self):
         if not getattr(self, "model", None) or not self.operator.up:
             return  # a paused or stopped operator decides nothing: nothing to hold it to yet
+        try:
+            self._check()
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nafter:\n  " + "\n  ".join(self.steps)) from None
+
+    def _check(self) -> None:
         status = self.job().get("status") or {}
         pods = self.pods()
         conditions = {c["type"]: c for c in status.get("conditions") or []}

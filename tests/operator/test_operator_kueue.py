@@ -142,6 +142,14 @@ def test_second_job_waits_for_the_quota_of_the_first(cluster, resources):
     second = _get(resources, ns, "second")
     assert second["spec"]["runPolicy"]["suspend"] is True and second["status"]["phase"] == "Suspended"
     assert _pods(resources, ns, "second") == []
+    # The job itself says what it waits for, in Kueue's words (issue 49: only the Workload said it) ...
+    said = lambda name, words: next((c["message"] for c in (_get(resources, ns, name).get("status") or {}).get(  # noqa: E731
+        "conditions") or [] if c["type"] == "Suspended" and words in c["message"]), None)
+    assert _wait("second's Suspended condition naming the quota", lambda: said("second", "Kueue: Pending: "), 60)
+    # ... as a job queued in a LocalQueue that does not exist does.
+    resources.apply(_job(ns, "lost", 10, **{"kueue.x-k8s.io/queue-name": "nope"}), ns)
+    assert "LocalQueue nope doesn't exist" in _wait("lost's Suspended condition", lambda: said("lost", "doesn't exist"), 60)
+    resources.request("DELETE", f"{ATJ}/namespaces/{ns}/ascendtrainjobs/lost")
     # The Workload as the operator made it: owned by the job, Kueue's finalizer and label, the pod set.
     meta = admitted["metadata"]
     assert meta["name"].startswith("ascendtrainjob-first-")

@@ -446,8 +446,13 @@ def suspend_message(kind: str, obj: dict[str, Any]) -> str | None:
         return (f"evicted by Kueue ({evicted.get('reason')}: {evicted.get('message')}): pods deleted, the "
                 f"checkpoint kept; resumes when Workload {meta['namespace']}/{wl['metadata']['name']} is admitted "
                 "again")
-    return (f"queued in Kueue LocalQueue {labels[QUEUE_LABEL]}: suspended until Kueue admits its Workload "
-            "(the operator then sets spec.runPolicy.suspend to false)")
+    message = (f"queued in Kueue LocalQueue {labels[QUEUE_LABEL]}: suspended until Kueue admits its Workload "
+               "(the operator then sets spec.runPolicy.suspend to false)")
+    waiting = _condition(wl, "QuotaReserved") if wl is not None else None
+    if waiting is not None and waiting.get("status") == "False" and waiting.get("message"):
+        # what Kueue says it waits for: "LocalQueue lq doesn't exist", "couldn't assign flavors ...: insufficient quota"
+        message += f"; Kueue: {waiting.get('reason')}: {waiting['message']}"
+    return message
 
 
 def gate(kind: str, obj: dict[str, Any], suspended: bool, render: Callable[[], list[dict[str, Any]]],
