@@ -64,6 +64,10 @@ def test_retryable_exit_code_restarts_the_whole_gang_and_counts_it(operator, api
     running_jobs = re.search(r'^ascend_operator_jobs\{kind="AscendTrainJob",phase="Running"\} (\S+)$', served, re.M)
     assert running_jobs and float(running_jobs.group(1)) >= 1, served
     assert "ascend_operator_reconcile_seconds_count" in served
+    # The restart asked nothing the server had to refuse: no second create of the Service (or a PodGroup) the job
+    # already has (409), no finalizer patch of a pod already gone (404).
+    refused = re.findall(r'^ascend_operator_api_errors_total\{code="(\d+)"\} (\S+)$', served, re.M)
+    assert not [code for code, count in refused if code in ("404", "409") and float(count)], refused
     # A deleted pod is not silently recreated: the policy restarts the gang (restart 2 of 2) ...
     client.CoreV1Api(api_client).delete_namespaced_pod("rt-0-1", namespace)
     assert phase_is(api_client, namespace, "rt", "Restarting")["restarts"] == 2

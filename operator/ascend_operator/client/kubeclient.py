@@ -179,10 +179,18 @@ class Kube:
             raise
 
     @uses("", "configmaps", "patch")
-    def update_config_map(self, namespace: str, body: dict[str, Any]) -> None:
-        """Make the ConfigMap say what ``body`` says (a restart may resume from a different checkpoint)."""
+    def update_config_map(self, namespace: str, body: dict[str, Any], exists: bool = False) -> None:
+        """Make the ConfigMap say what ``body`` says (a restart may resume from a different checkpoint): patched
+        when it ``exists`` (created if it turns out not to), else created (patched if it turns out to exist)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(body['metadata']['name'])}"
+        if exists:
+            try:
+                _retrying(lambda: self._merge_patch(path, {"data": body["data"]}))
+                return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
         if not self.create(namespace, body):
-            path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(body['metadata']['name'])}"
             _retrying(lambda: self._merge_patch(path, {"data": body["data"]}))
 
     @uses("", "configmaps", "get")

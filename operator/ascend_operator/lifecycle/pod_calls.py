@@ -64,7 +64,7 @@ def create(cache: PodCache, job: JobKind, obj: dict[str, Any], spec: Any, attemp
     def make(o: dict[str, Any]) -> str | None:
         try:
             if o["kind"] == "ConfigMap":
-                kube().update_config_map(namespace, o)
+                kube().update_config_map(namespace, o, exists=not others)
                 return None
             made = kube().create(namespace, o)
         except (ApiException, ValueError, TypeError) as e:  # the server's refusal, or the client's before sending
