@@ -4,6 +4,17 @@ keeps its base bit-identical (the reference is the base itself), and a resumed D
 
 The data is prepared with the real ``ascend-engine preprocess`` and AlpacaStylePairwiseHandler; the model is
 the tiny 2-layer GPT of the other engine tests.
+
+The layouts agree within float32's rounding (tests/float_bounds.py). The loss and the rewards are functions of
+beta x (policy - reference) log-probability sums over the replies, so their rounding is that of the sums, not of
+the small differences logged: delta (5.4e-6 for this model, K the padded vocabulary of 512) times beta x the size
+of a pair's four sums (chosen and rejected, policy and reference, at most 14 reply tokens each:
+sqrt(56) x ln 512 = 47, so 4.7 at beta 0.1), plus delta of the value and of the way it travelled, plus the log
+line's last digit: 2.5e-5 to 3.2e-5 a step. The former allowances were 1e-5 of the loss (4.4e-6 to 6.9e-6: the
+new bound is 4-7x wider, because a loss of 0.5 is computed from log-probability sums of about 50) and 1e-3 of each
+reward plus 1e-6 (1.2e-4 to 3.3e-4 after the first step, where every reward is exactly 0: 4-12x tighter).
+Measured with AVX-512 and AVX2 kernels: at most 6e-7 on the loss and 2e-6 on a reward (TP=2), under 0.08 of the
+bound, thousands of times below the rewards (0.12-0.64) that a wrong shard or a mismatched pair would move.
 """
 from __future__ import annotations
 
@@ -18,6 +29,7 @@ import numpy as np
 import pytest
 import yaml
 
+from float_bounds import assert_curves_agree, logprob_scale, model_delta
 from test_train_data import run_single
 from test_train_lora import FROZEN_CHECK
 from test_train_torchrun import TINY, assert_ok, run_train
@@ -32,7 +44,7 @@ PAIRS = [("The quick brown fox?", "jumps over the lazy dog.", "Eat well, sleep, 
          ("Megatron indexed datasets?", "hold tokens back to back.", "The quick brown fox."),
          ("user assistant system", "tool response input", "hold tokens back to back.")]
 MODEL = {**TINY["model"], "vocabSize": 400, "paddedVocabSize": 512}
-TOLERANCE = 1e-5
+REPLY_TOKENS = 14  # the longest reply of PAIRS in the prepared data (labels that count)
 
 
 def metrics(stdout: str) -> list[tuple[float, ...]]:
@@ -83,9 +95,13 @@ def test_dpo_layouts_match_single_process(tmp_path, pairs, single, flags):
     assert_ok(proc)
     ours = metrics(proc.stdout)
     assert len(ours) == len(single) == 4
-    for i, (a, b) in enumerate(zip(single, ours), start=1):
-        assert abs(a[0] - b[0]) <= TOLERANCE * abs(a[0]), f"iteration {i}: loss {a[0]} vs {b[0]}"
-        np.testing.assert_allclose(b[1:4], a[1:4], rtol=1e-3, atol=1e-6, err_msg=f"iteration {i} rewards")
+    d = model_delta(MODEL, 64)
+    sums = 0.1 * logprob_scale(4 * REPLY_TOKENS, MODEL["paddedVocabSize"])  # beta x a pair's four sums
+    used = {name: assert_curves_agree([a[k] for a in single], [b[k] for b in ours], d, f"{flags} {name}", sums,
+                                      from_log=True)
+            for k, name in enumerate(("loss", "rewards/chosen", "rewards/rejected", "rewards/margins"))}
+    print(f"{flags}: share of the float32 bound used {used}")
+    assert [a[4] for a in single] == [b[4] for b in ours]  # accuracies: a pair's sign flips only at a tie
 
 
 @pytest.mark.engine
