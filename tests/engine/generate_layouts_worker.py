@@ -87,6 +87,7 @@ def run_layout(backend, tp: int, pp: int) -> dict:
         with torch.no_grad():
             logits = gpt(greedy, torch.arange(greedy.shape[1]).unsqueeze(0).expand_as(greedy), None)
         top2 = logits[..., :MODEL.vocabSize].float().topk(2, dim=-1).values
+        out["logit_scale"] = logits[..., :MODEL.vocabSize].abs().max().item()  # what rounding is relative to
         gaps = torch.full(greedy.shape, float("inf"))
         gaps[:, 1:] = top2[:, :-1, 0] - top2[:, :-1, 1]
         out["greedy_gaps"] = gaps.tolist()
