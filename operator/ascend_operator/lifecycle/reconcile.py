@@ -375,7 +375,8 @@ def _act(job: JobKind, obj: dict[str, Any], key: JobKey, policy: RunPolicy, stat
     # A stalled gang cannot finish its step, so SIGTERM's save-and-exit cannot happen: a short grace instead.
     grace = stalls.STALLED_GRACE_SECONDS if restarting.get("status") == "True" and \
         restarting.get("reason") == "Stalled" else None
-    deleted = pod_calls.delete(PODS, key, pod_ends.doomed(pods, attempt, policy, suspended, terminal), grace)
+    doomed = pod_ends.doomed(pods, attempt, policy, suspended, terminal)
+    deleted = pod_calls.delete(PODS, key, doomed, grace)
     if terminal and deleted:
         _event(obj, "PodsCleaned", f"runPolicy.cleanPodPolicy {policy.cleanPodPolicy}: deleted {deleted} pod(s)")
     if lost := pod_ends.lost(pods):
@@ -383,7 +384,14 @@ def _act(job: JobKind, obj: dict[str, Any], key: JobKey, policy: RunPolicy, stat
     for pod in pod_ends.replaced(pods, attempt, suspended or terminal):
         _event(obj, "PodReplaced", f"pod {pod['metadata']['name']} was deleted before it ran; a new pod of the same "
                                    f"name takes its place (the gang keeps attempt {attempt}, no restart counted)")
-    pod_calls.release(PODS, key, pod_ends.releasable(pods, attempt, terminal, is_true(status, "Suspended")))
+    suspended_gang = is_true(status, "Suspended")
+    released = pod_ends.releasable(pods, attempt, terminal, suspended_gang)
+    if deleted:  # a pod this pass deleted may go at once: its watch event brings no deletion the cache lacks, so
+        # no later pass would come for it (only those: the status written counted no other deletion)
+        ours, seen = {p["metadata"]["name"] for p in doomed}, {p["metadata"]["name"] for p in released}
+        released += [p for p in pod_ends.releasable(_pods(job, *key[1:]), attempt, terminal, suspended_gang)
+                     if p["metadata"]["name"] in ours and p["metadata"]["name"] not in seen]
+    pod_calls.release(PODS, key, released)
 
 
 def _finished(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, status: dict[str, Any]) -> None:
