@@ -371,3 +371,28 @@ def test_a_suspended_job_says_which_checkpoint_it_resumes_from(operator, api_cli
                                           {"spec": {"runPolicy": {"suspend": False}}})
     wait_for(lambda: len(pods_of(api_client, namespace, "ckpt")) == 2, what="pods again")
     assert get_job(api_client, namespace, "ckpt")["status"].get("restarts", 0) == 0
+
+
+def test_pods_a_suspension_deletes_are_released_without_waiting_for_the_sweep(kubeconfig, api_client, namespace,
+                                                                             tmp_path):
+    """Found by the fault sequences: a suspension deleted the pending pods, whose deletion the pod cache already
+    held (the operator's own write, stamped with its own clock: when the server's stamp fell in the same second,
+    the watch event changed nothing the cache reads and brought no further pass), so they stayed terminating on the
+    operator's finalizer until the periodic sweep. With the sweep off, they must still go."""
+    import subprocess
+    from test_operator_train_job import operator_command, operator_env
+    env = operator_env(kubeconfig, ASCEND_OPERATOR_PROGRESS_INTERVAL="3600")
+    with open(tmp_path / "operator.log", "w") as log:
+        proc = subprocess.Popen(operator_command(namespace, "--standalone"), env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            create(api_client, namespace, job("quick"))
+            wait_for(lambda: len(pods_of(api_client, namespace, "quick")) == 2, what="pods")
+            client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "quick", {"spec": {"runPolicy": {"suspend": True}}})
+            phase_is(api_client, namespace, "quick", "Suspended")
+            wait_for(lambda: pods_of(api_client, namespace, "quick") == [], timeout=20,
+                     what="the pending pods released and gone with no sweep")
+        finally:
+            proc.terminate()
+            proc.wait(15)
