@@ -89,6 +89,8 @@ crds: venv
 	$(BIN)/python -m ascend_operator.api.crdgen --write charts/ascend-train-operator/crds/
 	$(BIN)/python -m ascend_operator.api.runtime_locks crds/runtime-locks.yaml \
 		charts/ascend-train-operator/templates/runtime-locks.yaml
+	$(BIN)/python -m ascend_operator.api.immutability crds/immutable-spec.yaml \
+		charts/ascend-train-operator/templates/immutable-spec.yaml
 	$(BIN)/python charts/rbac_rules.py
 	$(BIN)/python docs/crd_reference.py
 

@@ -70,8 +70,12 @@ POLL_S = 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The audit log's times are wall-clock; the benchmark's are monotonic.
 WALL_TO_MONOTONIC = time.time() - time.monotonic()
-AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-                "rules": [{"level": "Metadata", "users": [OPERATOR_USER]}, {"level": "None"}]}
+JOB_CONTROLLER_USER = "system:serviceaccount:kube-system:job-controller"  # kube-controller-manager's Job controller
+
+
+def _audit_policy(*users: str) -> dict:
+    return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": list(users)}, {"level": "None"}]}
 _announced = False
 
 
@@ -87,22 +91,27 @@ class AuditTally:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.verbs: Counter[str] = Counter()
+        self.users: dict[str, Counter[str]] = {}  # user -> verb -> requests
         self.last_request = self.last_answered = self.read_at = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tail, daemon=True)
         self._thread.start()
 
+    @property
+    def verbs(self) -> Counter[str]:
+        return self.users.setdefault(OPERATOR_USER, Counter())
+
     def _count(self, event: dict) -> None:
         verb, stage = event.get("verb"), event.get("stage")
+        verbs = self.users.setdefault((event.get("user") or {}).get("username", ""), Counter())
         if verb == "watch":
             if stage == "ResponseStarted":
                 with self._lock:
-                    self.verbs[verb] += 1
+                    verbs[verb] += 1
         elif stage == "ResponseComplete":
             with self._lock:
-                self.verbs[verb] += 1
+                verbs[verb] += 1
             self.last_request = max(self.last_request, _monotonic(event["requestReceivedTimestamp"]))
             self.last_answered = max(self.last_answered, _monotonic(event["stageTimestamp"]))
 
@@ -136,9 +145,9 @@ class AuditTally:
         if handle is not None:
             handle.close()
 
-    def snapshot(self) -> Counter[str]:
+    def snapshot(self, user: str = OPERATOR_USER) -> Counter[str]:
         with self._lock:
-            return Counter(self.verbs)
+            return Counter(self.users.get(user) or {})
 
     def close(self) -> None:
         self._stop.set()
@@ -150,10 +159,12 @@ class PodTally:
     closes a watch whose reader falls behind (a 512-pod gang restart is thousands of events): the tally then lists
     the pods again and watches on from that list, as an informer does."""
 
-    def __init__(self, plane: ControlPlane, namespace: str = "default") -> None:
+    def __init__(self, plane: ControlPlane, namespace: str = "default", selector: str = KIND_LABEL,
+                 job_label: str = JOB_LABEL) -> None:
         self.pods: dict[str, dict[str, tuple[str, bool]]] = {}  # job -> pod name -> (uid, ready)
         self.cond = threading.Condition()
         self._plane, self._path = plane, f"/api/v1/namespaces/{namespace}/pods"
+        self._selector, self._job_label = selector, job_label
         self._conn: http.client.HTTPSConnection | None = None
         self._closed = False
         version = self._relist()
@@ -166,7 +177,7 @@ class PodTally:
 
     def _relist(self) -> str:
         """Replace the tally with a listing of the pods; returns its resourceVersion."""
-        listing = json.loads(self._get(urlencode({"labelSelector": KIND_LABEL})).read())
+        listing = json.loads(self._get(urlencode({"labelSelector": self._selector})).read())
         with self.cond:
             self.pods = {}
             for pod in listing["items"]:
@@ -186,12 +197,12 @@ class PodTally:
         meta = pod["metadata"]
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (pod.get("status") or {}).get("conditions") or [])
-        self.pods.setdefault(meta["labels"][JOB_LABEL], {})[meta["name"]] = (meta["uid"], ready)
+        self.pods.setdefault(meta["labels"][self._job_label], {})[meta["name"]] = (meta["uid"], ready)
 
     def _read(self, version: str) -> None:
         while not self._closed:
             try:
-                stream = self._get(urlencode({"watch": "true", "labelSelector": KIND_LABEL, "resourceVersion": version,
+                stream = self._get(urlencode({"watch": "true", "labelSelector": self._selector, "resourceVersion": version,
                                               "timeoutSeconds": 24 * 3600, "allowWatchBookmarks": "true"}))
                 for line in stream:
                     event = json.loads(line)
@@ -203,7 +214,7 @@ class PodTally:
                     with self.cond:
                         if event["type"] == "DELETED":
                             meta = event["object"]["metadata"]
-                            self.pods.get(meta["labels"][JOB_LABEL], {}).pop(meta["name"], None)
+                            self.pods.get(meta["labels"][self._job_label], {}).pop(meta["name"], None)
                         else:
                             self._keep(event["object"])
                         self.cond.notify_all()
@@ -244,11 +255,11 @@ def _cpu_s(pid: int) -> float:
 class Operator:
     """The operator as its own process against a fresh control plane whose audit log records its requests."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, audited: tuple[str, ...] = (OPERATOR_USER,), profiling: bool = False) -> None:
         global _announced
         (tmp / "cluster").mkdir()
-        self.plane = ControlPlane(tmp / "cluster", fast_storage=True, audit_policy=AUDIT_POLICY,
-                                  say=functools.partial(print, file=sys.stderr)).start()
+        self.plane = ControlPlane(tmp / "cluster", fast_storage=True, audit_policy=_audit_policy(*audited),
+                                  profiling=profiling, say=functools.partial(print, file=sys.stderr)).start()
         self.tally: PodTally | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._log = open(tmp / "operator.log", "w")
@@ -300,10 +311,14 @@ class Operator:
         assert self.process is not None
         return _cpu_s(self.process.pid)
 
+    def component_cpu_s(self, name: str) -> float:
+        """CPU seconds so far of one of the control plane's processes (kube-apiserver, etcd, ...)."""
+        pids = {c.name: c.process.pid for c in self.plane.components if c.process is not None}
+        return _cpu_s(pids[name])
+
     def server_cpu_s(self) -> tuple[float, float]:
         """CPU seconds of kube-apiserver and of etcd so far."""
-        pids = {c.name: c.process.pid for c in self.plane.components if c.process is not None}
-        return _cpu_s(pids["kube-apiserver"]), _cpu_s(pids["etcd"])
+        return self.component_cpu_s("kube-apiserver"), self.component_cpu_s("etcd")
 
     def rss_mib(self) -> tuple[float, float]:
         assert self.process is not None
@@ -499,9 +514,171 @@ def jobs(n: int, nnodes: int = 2) -> None:
             op.close()
 
 
+def _batch_job_body(name: str, nnodes: int) -> dict:
+    """An Indexed batch/v1 Job of ``nnodes`` pods: the same image, requests and unrunnable scheduler as the
+    AscendTrainJob's CPU pods (what the operator adds of its own, torchrun's environment and the engine config's
+    volume, a Job's pods have no use for)."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completions": nnodes, "parallelism": nnodes, "completionMode": "Indexed", "backoffLimit": 10,
+                     "template": {"spec": {"restartPolicy": "Never", "schedulerName": SCHEDULER, "containers": [
+                         {"name": "engine", "image": "engine:bench", "command": ["ascend-engine", "train"],
+                          "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}}
+
+
+def _cpu_job_body(name: str, nnodes: int) -> dict:
+    body = _job_body(name, nnodes)
+    body["spec"].update(devices={"resource": "none"}, resources={"requests": {"cpu": "500m", "memory": "1Gi"}})
+    return body
+
+
+KINDS = {  # kind -> (create(api, namespace, body), body(name, nnodes), pod selector, the pods' job label, controller)
+    "AscendTrainJob": (lambda api, ns, body: client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, body, _preload_content=False), _cpu_job_body, KIND_LABEL, JOB_LABEL,
+        OPERATOR_USER),
+    "Job": (lambda api, ns, body: client.BatchV1Api(api).create_namespaced_job(ns, body, _preload_content=False),
+            _batch_job_body, "batch.kubernetes.io/job-name", "batch.kubernetes.io/job-name", JOB_CONTROLLER_USER),
+}
+
+
+def _apply_kind(kubeconfig: str, kind: str, namespace: str, n: int, nnodes: int, go, results) -> None:
+    """``_apply_clients`` for either kind, into ``namespace``."""
+    create, body, *_ = KINDS[kind]
+    api = _api_client(kubeconfig)
+    applied: dict[str, float] = {}
+
+    def apply(i: int) -> None:
+        name = f"job-{i:04d}"
+        _done(create(api, namespace, {**body(name, nnodes)}))
+        applied[name] = time.monotonic()
+
+    with ThreadPoolExecutor(8) as pool:
+        client.CoreV1Api(api).list_namespaced_pod(namespace)  # connections warm
+        go.wait()
+        cpu0, start = time.process_time(), time.monotonic()
+        list(pool.map(apply, range(n)))
+    results.send((applied, start, time.monotonic() - start, time.process_time() - cpu0))
+
+
+def _profile(op: Operator, seconds: int, path: Path) -> threading.Thread:
+    """kube-apiserver's CPU profile (/debug/pprof/profile) over the next ``seconds``, written to ``path``."""
+    def take() -> None:
+        parsed = urlparse(op.plane.server)
+        conn = http.client.HTTPSConnection(parsed.hostname, parsed.port, timeout=seconds + 60,
+                                           context=op.plane._admin_tls())
+        conn.request("GET", f"/debug/pprof/profile?seconds={seconds}")
+        path.write_bytes(conn.getresponse().read())
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    return thread
+
+
+def _round(op: Operator, kind: str, n: int, nnodes: int, label: str, profile: Path | None) -> dict[str, float]:
+    """N jobs of ``kind`` applied at once into a namespace of their own; the figures of that round."""
+    *_, selector, job_label, controller = KINDS[kind]
+    namespace = f"{kind.lower()}-{label.lower()}"
+    op.plane.request("/api/v1/namespaces", "POST", {"metadata": {"name": namespace}})
+    while True:  # the namespace's default ServiceAccount, made by kube-controller-manager
+        try:
+            op.plane.request(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+            break
+        except Exception:  # noqa: BLE001
+            time.sleep(0.1)
+    tally = PodTally(op.plane, namespace, selector, job_label)
+    op.until_quiet(time.monotonic())
+    spawn = multiprocessing.get_context("spawn")
+    go, (results, sender) = spawn.Event(), spawn.Pipe(duplex=False)
+    clients = spawn.Process(target=_apply_kind, args=(op.kubeconfig, kind, namespace, n, nnodes, go, sender))
+    clients.start()
+    time.sleep(1.0)  # the clients' process imports the client and warms its connections
+    pids = "operator" if controller == OPERATOR_USER else "kube-controller-manager"
+    controller_cpu = op.cpu_s if pids == "operator" else (lambda: op.component_cpu_s("kube-controller-manager"))
+    cpu0 = {"apiserver": op.component_cpu_s("kube-apiserver"), "etcd": op.component_cpu_s("etcd"),
+            "controller": controller_cpu()}
+    verbs0 = op.counting.snapshot(controller)
+    profiler = _profile(op, 20, profile) if profile else None
+    go.set()
+    applied, start, apply_s, _ = results.recv()
+    clients.join()
+    created: dict[str, float] = {}
+
+    def complete(pods: dict) -> bool:
+        at = time.monotonic()
+        for job, of_job in pods.items():
+            if len(of_job) == nnodes and job not in created:
+                created[job] = at
+        return len(created) == n
+    tally.wait(complete, 900)
+    quiet = op.until_quiet(start)
+    tally.close()
+    latencies = sorted(created[j] - applied[j] for j in created)
+    verbs = op.counting.snapshot(controller)
+    verbs.subtract(verbs0)
+    figures = {"p50": statistics.median(latencies), "p95": latencies[int(0.95 * (len(latencies) - 1))],
+               "apply_s": apply_s, "quiet_s": quiet,
+               "apiserver_ms": 1000 * (op.component_cpu_s("kube-apiserver") - cpu0["apiserver"]) / n,
+               "etcd_ms": 1000 * (op.component_cpu_s("etcd") - cpu0["etcd"]) / n,
+               "controller_ms": 1000 * (controller_cpu() - cpu0["controller"]) / n,
+               "requests": sum(verbs.values()) / n}
+    print(f"  {label:<3} {kind:<14} N={n}: applied in {figures['apply_s']:5.1f} s; apply -> pods p50 "
+          f"{figures['p50']:6.2f} s p95 {figures['p95']:6.2f} s; per job: kube-apiserver {figures['apiserver_ms']:5.1f} "
+          f"ms, etcd {figures['etcd_ms']:4.1f} ms, controller {figures['controller_ms']:5.1f} ms, requests "
+          + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c), flush=True)
+    if profiler is not None:
+        profiler.join()
+    op.plane.request(f"/api/v1/namespaces/{namespace}", "DELETE")
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:  # gone (its pods' finalizers released), so the next round starts clean
+        try:
+            op.plane.request(f"/api/v1/namespaces/{namespace}")
+            time.sleep(1)
+        except Exception:  # noqa: BLE001 - 404: gone
+            break
+    op.until_quiet(time.monotonic())
+    return figures
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def versus(n: int, rounds: int, profile_dir: Path | None, nnodes: int = 2) -> None:
+    """AscendTrainJobs (the operator) against Indexed batch Jobs (kube-controller-manager's Job controller) on one
+    control plane, A B A B ..., ``rounds`` of each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        op = Operator(Path(tmp), audited=(OPERATOR_USER, JOB_CONTROLLER_USER), profiling=profile_dir is not None)
+        try:
+            print(f"N={n} jobs of {nnodes} pods, {rounds} rounds of each kind, interleaved:", flush=True)
+            results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+            for r in range(rounds):
+                for kind in KINDS:
+                    profile = profile_dir / f"{kind}-{n}.pprof" if profile_dir and r == 0 else None
+                    results[kind].append(_round(op, kind, n, nnodes, f"{'AB'[list(KINDS).index(kind)]}{r + 1}",
+                                                profile))
+            print("  median [min-max]:", flush=True)
+            for key, what in (("p50", "apply -> pods p50 (s)"), ("p95", "apply -> pods p95 (s)"),
+                              ("apiserver_ms", "kube-apiserver CPU a job (ms)"), ("etcd_ms", "etcd CPU a job (ms)"),
+                              ("controller_ms", "controller CPU a job (ms)"), ("requests", "controller requests a job")):
+                ours, theirs = ([r[key] for r in results[kind]] for kind in KINDS)
+                ratio = statistics.median(ours) / statistics.median(theirs) if statistics.median(theirs) else float("nan")
+                print(f"    {what:<32} AscendTrainJob {_spread(ours):<22} Job {_spread(theirs):<22} "
+                      f"ratio {ratio:.2f}", flush=True)
+            if profile_dir:
+                binary = op.plane.binary("kube-apiserver")
+                for kind in KINDS:
+                    print(f"  kube-apiserver's profile while {kind}s were applied ({profile_dir}/{kind}-{n}.pprof):")
+                    top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=30", str(binary),
+                                          str(profile_dir / f"{kind}-{n}.pprof")], capture_output=True, text=True)
+                    print(top.stdout[-6000:] or top.stderr[-2000:], flush=True)
+        finally:
+            op.close()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("jobs", "large"), nargs="?", default="jobs")
+    parser.add_argument("mode", choices=("jobs", "large", "versus"), nargs="?", default="jobs")
+    parser.add_argument("--rounds", type=int, default=3, help="versus mode: rounds of each kind (A B A B ...)")
+    parser.add_argument("--profile", type=Path, help="versus mode: a folder for kube-apiserver's CPU profiles of "
+                                                     "the first round of each kind (go tool pprof's top is printed)")
     parser.add_argument("--no-start-up", action="store_true",
                         help="large mode: restart the gang while its pods are still Pending (saves the 3N writes)")
     parser.add_argument("sizes", nargs="*", type=int,
@@ -511,6 +688,11 @@ def main(argv: list[str]) -> int:
     if args.mode == "jobs":
         for n in args.sizes or [100, 500]:
             jobs(n)
+    elif args.mode == "versus":
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        for n in args.sizes or [100, 500]:
+            versus(n, args.rounds, args.profile)
     else:
         for n in args.sizes or [64, 256, 512, 1024]:
             large(n, startup=not args.no_start_up)

@@ -59,11 +59,12 @@ def write_kubeconfig(path: Path, server: str, ca: Path, user: str, credentials: 
 
 class ControlPlane:
     def __init__(self, root: str | Path, node_grace_s: float = 40.0, fast_storage: bool = False, say=print,
-                 audit_policy: dict[str, Any] | None = None):
+                 audit_policy: dict[str, Any] | None = None, profiling: bool = False):
         self.root = Path(root).resolve()
         self.node_grace_s = node_grace_s
         self.fast_storage = fast_storage
         self.audit_policy = audit_policy
+        self.profiling = profiling  # kube-apiserver's /debug/pprof, for benchmarks/operator_scale.py
         self.say = say
         self.bin = Path()
         self.port = 0
@@ -166,7 +167,7 @@ class ControlPlane:
             f"--service-account-issuer={ISSUER}", f"--service-account-key-file={accounts.cert}",
             f"--service-account-signing-key-file={accounts.key}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-            "--allow-privileged=true", "--profiling=false",
+            "--allow-privileged=true", f"--profiling={str(self.profiling).lower()}",
             f"--kubelet-client-certificate={kubelet_client.cert}", f"--kubelet-client-key={kubelet_client.key}",
             f"--kubelet-certificate-authority={self.pki.ca.cert}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.group import LABEL_JOB_NAME, LABEL_REPLICA_INDEX
+from ascend_operator.api.immutability import render as immutable_spec
 from ascend_operator.api.runtime_locks import render_admission
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ VARIANTS = {"defaults": {}, "namespaced": NAMESPACED, "ha": HA, "ha-namespaced":
 MODELS = {"Deployment": "V1Deployment", "Service": "V1Service", "ServiceAccount": "V1ServiceAccount",
           "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding", "Role": "V1Role",
           "RoleBinding": "V1RoleBinding", "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
-          "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding"}
+          "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding", "Job": "V1Job"}
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +227,7 @@ def test_chart_crds_are_the_generated_ones(chart):
     for name, text in generated.items():
         assert carried.get(name) == text, f"charts/.../crds/{name} drifted: run `make crds`"
     committed = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
-    assert committed == {**generated, "runtime-locks.yaml": render_admission()}
+    assert committed == {**generated, "runtime-locks.yaml": render_admission(), "immutable-spec.yaml": immutable_spec()}
     assert set(carried) == set(generated)  # no kopf peering CRDs: HA is a Lease
 
 
@@ -292,9 +293,23 @@ def test_the_chart_refuses_locked_fields_at_apply_unless_told_not_to(chart):
     from ascend_operator.api.runtime_locks import admission_objects
 
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    docs = [d for d in render(chart, {}) if d["kind"] in kinds]
+
+    def locks(docs):
+        return [d for d in docs if d["kind"] in kinds and d["metadata"]["name"].startswith("ascend-train-runtime-locks")]
+    docs = locks(render(chart, {}))
     assert docs == admission_objects() and len(docs) == 8
-    assert not [d for d in render(chart, {"trainingRuntimes": {"lockAtApply": False}}) if d["kind"] in kinds]
+    assert not locks(render(chart, {"trainingRuntimes": {"lockAtApply": False}}))
+
+
+def test_the_chart_refuses_a_changed_spec_with_the_generated_policies(chart):
+    """Immutability is a ValidatingAdmissionPolicy per job kind on updates of the job (not of its status), as the
+    local cluster installs it from crds/ (api/immutability.py)."""
+    from ascend_operator.api.immutability import admission_objects
+
+    docs = [d for d in render(chart, {}) if d["metadata"]["name"].startswith("ascend-train-immutable-spec")]
+    assert docs == admission_objects() and len(docs) == 6
+    rules = [d["spec"]["matchConstraints"]["resourceRules"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert all(r[0]["operations"] == ["UPDATE"] and "/" not in r[0]["resources"][0] for r in rules)
 
 
 def test_the_examples_that_name_a_chart_runtime_resolve_against_it(chart):

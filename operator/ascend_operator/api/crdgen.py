@@ -15,7 +15,7 @@ import yaml
 
 from .admission import name_schema
 from .group import API_GROUP, API_VERSION
-from .immutability import spec_immutable_rules
+from .immutability import create_only
 from .resources import RESOURCES, Resource
 
 _DROP = {"title", "$defs", "discriminator"}
@@ -123,15 +123,17 @@ def strip_defaults(node: Any) -> Any:
 def crd(resource: Resource) -> dict[str, Any]:
     k = resource.kind
     spec_schema = openapi_schema(resource.spec)
-    if resource.job:
-        spec_schema["x-kubernetes-validations"] = (spec_schema.get("x-kubernetes-validations", [])
-                                                   + spec_immutable_rules(resource.spec))
+    if resource.job:  # the spec's rules hold from creation on: an update may change runPolicy alone
+        spec_schema = create_only(spec_schema)
     else:
         spec_schema = strip_defaults(spec_schema)
     properties = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": name_schema(),
                   "spec": spec_schema}
     if resource.job:
-        properties["status"] = openapi_schema(resource.status)
+        # A job the operator has not written yet reads as generation 1 observed 0: kstatus (Flux's wait, the
+        # chart's Argo CD check) says InProgress until the operator's first status, instead of Current for an
+        # object with no status at all (lifecycle/kstatus.py).
+        properties["status"] = {**openapi_schema(resource.status), "default": {"observedGeneration": 0}}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -2,29 +2,109 @@
 as a Kubernetes Job's pod template cannot: pods already running, a finished job's outputs and the jobs that
 depend on them were made from the old spec, so a changed spec would either do nothing (and ``kubectl apply``
 would still answer ``configured``) or silently mix two specs in one run. The API server refuses the change with
-the field named and how to rerun.
+every changed field named and how to rerun.
 
-One CEL transition rule per top-level spec field (so the error names the field that changed): it holds when the
-field is absent from both the old and the new spec, or present in both with equal values.
+The refusal is a ValidatingAdmissionPolicy on updates of the job itself, not CEL transition rules in the CRD:
+kube-apiserver evaluates a CRD's rules on every write of the object, its status writes included, and comparing
+each spec field with its old value was two thirds of what a status write cost it (docs/performance.md, "The
+API server's cost of a job"); a policy matched on the resource, not its ``status`` subresource, runs only when
+someone writes the spec. For the same reason the CRD's other spec rules, which need to hold only when the spec is
+written, are guarded to run on create alone (``create_only``): an update cannot change what they read.
 """
 from __future__ import annotations
 
+import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+ADMISSION = "admissionregistration.k8s.io/v1"
+POLICY_PREFIX = "ascend-train-immutable-spec"
 MUTABLE = ("runPolicy",)
 MESSAGE = ("may not change once the job exists (only spec.runPolicy may); to run a changed spec, delete the job "
            "and create it again: kubectl replace --force -f FILE, or kubectl delete and then kubectl apply")
 
 
-def spec_immutable_rules(spec_model: type[BaseModel]) -> list[dict[str, Any]]:
-    rules = []
-    for field, info in spec_model.model_fields.items():
-        name = info.alias or field
-        if name in MUTABLE:
-            continue
-        rules.append({"rule": f"has(self.{name}) == has(oldSelf.{name}) && "
-                              f"(!has(self.{name}) || self.{name} == oldSelf.{name})",
-                      "message": MESSAGE, "fieldPath": f".{name}", "reason": "FieldValueForbidden"})
-    return rules
+def _fields(spec_model: type[BaseModel]) -> list[str]:
+    return [info.alias or field for field, info in spec_model.model_fields.items()
+            if (info.alias or field) not in MUTABLE]
+
+
+def _same(field: str) -> str:
+    new, old = f"object.spec.{field}", f"oldObject.spec.{field}"
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+def policy(kind: str, plural: str, spec_model: type[BaseModel]) -> list[dict[str, Any]]:
+    """The policy and its binding for one kind: every spec field but runPolicy compared with its old value; the
+    message names each one that changed (a policy reports its first failed validation only, so there is one)."""
+    from .group import API_GROUP
+
+    name = f"{POLICY_PREFIX}-{plural}"
+    changed = "[" + ", ".join(f"({_same(f)}) ? '' : 'spec.{f}'" for f in _fields(spec_model)) + \
+        "].filter(f, f != '')"
+    return [{
+        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{  # the resource alone: its status subresource is not matched
+                "apiGroups": [API_GROUP], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": [plural]}]},
+            "variables": [{"name": "changed", "expression": changed}],
+            "validations": [{"expression": "size(variables.changed) == 0",
+                             "messageExpression": f"variables.changed.map(f, f + ': Forbidden: {MESSAGE}').join('; ')",
+                             "reason": "Invalid"}]}}, {
+        "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]}}]
+
+
+def admission_objects() -> list[dict[str, Any]]:
+    from .resources import RESOURCES
+
+    return [o for r in RESOURCES.values() if r.job for o in policy(r.kind.kind, r.kind.plural, r.spec)]
+
+
+def create_only(schema: dict[str, Any], skip: tuple[str, ...] = MUTABLE) -> dict[str, Any]:
+    """The spec schema with each CEL rule that reads no ``oldSelf`` guarded to run when the object is created
+    (``optionalOldSelf``: on an update ``oldSelf`` has a value and the guard ends it at once). Rules under the
+    mutable fields (``skip``), and under lists (whose items an update cannot correlate), are left as they are."""
+    out = dict(schema)
+    rules = out.get("x-kubernetes-validations")
+    if rules:
+        out["x-kubernetes-validations"] = [
+            r if "oldSelf" in r["rule"] else {**r, "rule": f"oldSelf.hasValue() || ({r['rule']})",
+                                              "optionalOldSelf": True}
+            for r in rules]
+    if "properties" in out:
+        out["properties"] = {k: v if k in skip else create_only(v, ()) for k, v in out["properties"].items()}
+    return out
+
+
+def render(helm: bool = False) -> str:
+    """The YAML file; for the chart, inside ``immutableSpec`` (off where the API server predates
+    ValidatingAdmissionPolicy v1, Kubernetes 1.30)."""
+    import yaml
+
+    text = ("# Generated by `make crds` from operator/ascend_operator/api/immutability.py: a job's spec (but runPolicy)\n"
+            "# refused when it changes (docs/security.md). Do not edit.\n"
+            + yaml.safe_dump_all(admission_objects(), sort_keys=False, width=120))
+    if not helm:
+        return text
+    assert "{{" not in text
+    return "{{- if .Values.immutableSpec }}\n" + text + "{{- end }}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the immutable-spec admission policies.")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="where to write them (a Helm template when it lies in a chart's templates/)")
+    for name in parser.parse_args(argv).files:
+        path = Path(name)
+        path.write_text(render(helm=path.parent.name == "templates"))
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
