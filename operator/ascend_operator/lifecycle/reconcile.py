@@ -45,7 +45,7 @@ from ..client.kubeclient import STOPPING, kube
 from ..kueue import integration as kueue
 from ..progress import engine_events, history, live
 from ..recovery import goodput, stalls
-from . import attempts, create_errors, pod_calls, pod_ends
+from . import attempts, create_errors, kstatus, pod_calls, pod_ends
 from .dependencies import cycle, readiness, refs, resolve
 from .kinds import JobKind
 from .spec import parse_spec
@@ -300,6 +300,7 @@ def _record(job: JobKind, obj: dict[str, Any], key: JobKey, previous: dict[str, 
     changed: the phase, a gang restart, a resize, a node now avoided. False when it was not written."""
     status["observedGeneration"] = obj["metadata"].get("generation")
     status.setdefault("phase", "Pending")
+    status["conditions"] = kstatus.conditions(status, now())["conditions"]  # Ready, Reconciling, Stalled (GitOps)
     if status.get("progress"):
         status["progress"] = job.progress_columns(status["progress"])
         if status["progress"] != previous.get("progress"):  # the dashboard's curves

@@ -13,6 +13,7 @@ from ..api.group import TRAIN_JOB
 from ..client.kubeclient import kube
 from ..cache.object_cache import JOBS
 from ..kinds import pod_policy
+from . import kstatus
 from .status import now, set_condition
 
 M = TypeVar("M", bound=BaseModel)
@@ -68,6 +69,8 @@ def _fail(kind: str, namespace: str, name: str, body: Any, reason: str, message:
           extra: dict[str, Any] | None = None) -> None:
     at = now()
     conditions = set_condition([], "Failed", "True", reason, message, at)
+    conditions = kstatus.conditions({"phase": "Failed", "conditions": conditions}, at)["conditions"]  # Stalled=True
     JOBS.observe((kind, namespace, name), kube().patch_status(kind, namespace, name, {
-        "phase": "Failed", "conditions": conditions, "completionTime": at, **(extra or {})}))
+        "phase": "Failed", "conditions": conditions, "completionTime": at,
+        "observedGeneration": (body.get("metadata") or {}).get("generation"), **(extra or {})}))
     kube().post_event(body, reason, message, warning=True)

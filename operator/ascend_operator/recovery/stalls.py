@@ -18,12 +18,13 @@ from ..api.run_policy import RunPolicy, StallDetection
 from ..cache.job_pods import JobPods
 from ..cache.pod_cache import JobKey
 from .stall_clock import StallClock, stalled
-from ..lifecycle.status import is_true, restart_stalled, set_condition
+from ..lifecycle.status import condition, restart_stalled, set_condition
 from ..client.kubeclient import kube
 
 # A stalled gang cannot finish its step, so SIGTERM's save-and-exit cannot happen: its pods get this grace period
 # instead of terminationGracePeriodSeconds (torchrun would otherwise wait that long before killing the ranks).
 STALLED_GRACE_SECONDS = 5
+PROGRESSING = "Progressing"  # False (reason Stalled) while hung, True once the iteration advances again
 
 _CLOCKS: dict[JobKey, StallClock] = {}
 
@@ -35,7 +36,10 @@ def forget(key: JobKey) -> None:
 def check(key: JobKey, obj: dict[str, Any], detection: StallDetection | None, policy: RunPolicy, pods: JobPods,
           status: dict[str, Any], fresh: dict[str, Any] | None, at: str) -> dict[str, Any]:
     """The status after one reading of rank 0's ``fresh`` figures (None: it did not answer): unchanged, with a
-    Stalled condition (stacks asked for), or restarting (``restarts`` grown: the caller deletes the pods)."""
+    ``Progressing=False`` condition (reason Stalled: stacks asked for), or restarting (``restarts`` grown: the caller
+    deletes the pods). The condition is ``Progressing``, as a Deployment's is, not ``Stalled``: kstatus (Flux, the
+    chart's Argo CD check) reads ``Stalled=True`` as failed for good, which a hang that a restart may cure is not
+    (``ascend_operator.lifecycle.kstatus``)."""
     if detection is None or status.get("phase") != "Running":
         forget(key)
         return status
@@ -46,8 +50,8 @@ def check(key: JobKey, obj: dict[str, Any], detection: StallDetection | None, po
         clock = _CLOCKS[key] = StallClock(generation, now_s)
     fresh = fresh or {}
     if clock.observe(fresh.get("iteration"), bool(fresh.get("savingCheckpoint")), now_s, fresh.get("trainIters")):
-        if is_true(status, "Stalled"):
-            conditions = set_condition(status["conditions"], "Stalled", "False", "Progressing",
+        if (condition(status, PROGRESSING) or {}).get("status") == "False":
+            conditions = set_condition(status["conditions"], PROGRESSING, "True", "Progressing",
                                        f"iteration {clock.iteration} reached after the restart", at)
             status = {**status, "conditions": conditions}
         return status
@@ -61,7 +65,7 @@ def check(key: JobKey, obj: dict[str, Any], detection: StallDetection | None, po
         message = (f"{why}; asked {asked} pod(s) for every rank's Python stacks (each pod's log); gang restart in "
                    f"{detection.stackDumpSeconds}s")
         kube().post_event(obj, "Stalled", message, warning=True)
-        conditions = set_condition(status["conditions"], "Stalled", "True", "Stalled", message, at)
+        conditions = set_condition(status["conditions"], PROGRESSING, "False", "Stalled", message, at)
         return {**status, "conditions": conditions}
     if now_s - clock.dump_requested_at < detection.stackDumpSeconds:
         return status
