@@ -39,6 +39,10 @@ class GoModule:
 
     folder: str
     commands: dict[str, str]
+    minutes: int = 10  # what a fresh machine's build takes on 2 cores, the module download included (progress line)
+    env: tuple[tuple[str, str], ...] = ()  # set for this module's go commands only
+    version_flags: tuple[str, ...] = ()  # packages whose `version` variable is set to the required module's version
+    version_of: str = ""
 
     @property
     def path(self) -> Path:
@@ -59,6 +63,8 @@ class GoModule:
                 flags += [f"-X {package}.{name}={value}" for name, value in (
                     ("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean"),
                     ("buildDate", "1970-01-01T00:00:00Z"))]
+        if self.version_of:  # what the module's own Makefile sets, so `helm version` names the release
+            flags += [f"-X {variable}={self.required_version(self.version_of)}" for variable in self.version_flags]
         return " ".join(flags)
 
 
@@ -68,8 +74,18 @@ KUBERNETES = GoModule("kubernetes", {
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
     "etcd": "./cmd/etcd",
-})
+}, minutes=25)
 KUEUE = GoModule("kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"})
+# The tools users reach the operator with (docs/install.md, docs/gitops.md), run for real by the e2e tests: Helm's
+# CLI, Flux's source-controller and kustomize-controller (v1.9.6: controlplane/flux/go.mod says why not v1.10),
+# and gitopscheck (kstatus' verdict and Argo CD's Lua health check).
+HELM = GoModule("helm", {"helm": "helm.sh/helm/v3/cmd/helm"}, minutes=6, version_of="helm.sh/helm/v3",
+                version_flags=("helm.sh/helm/v3/internal/version.version",))
+FLUX = GoModule("flux", {"source-controller": "github.com/fluxcd/source-controller",
+                         "kustomize-controller": "github.com/fluxcd/kustomize-controller"},
+                minutes=15)
+GITOPSCHECK = GoModule("gitopscheck", {"gitopscheck": "."}, minutes=2)
+GITOPS = (HELM, FLUX, GITOPSCHECK)
 
 
 def cache_root() -> Path:
@@ -88,8 +104,13 @@ def _key(module: GoModule, go: str) -> str:
     for path in sorted(module.path.rglob("*")):
         if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
             digest.update(str(path.relative_to(module.path)).encode() + b"\0" + path.read_bytes() + b"\0")
-    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+    if module.env:  # the toolchain this module asks for, without asking the go command to fetch it first
+        version = dict(module.env).get("GOTOOLCHAIN", "")
+    else:
+        version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
     digest.update(f"{module.ldflags()}\0{version}\0{sorted(module.commands.items())}".encode())
+    if module.env:
+        digest.update(repr(module.env).encode())
     return digest.hexdigest()[:12]
 
 
@@ -109,17 +130,17 @@ def binaries(module: GoModule, say=print) -> Path:
     return target / "bin"
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+def _env(module: GoModule) -> dict[str, str]:
+    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", **dict(module.env))
 
 
 def _build(module: GoModule, go: str, target: Path, say) -> None:
     names = ", ".join(module.commands)
     started = time.monotonic()
     say(f"building {names} from {module.path} (once per machine and pin; on a fresh machine about "
-        f"{'25' if module is KUBERNETES else '10'} minutes on 2 cores, the module download included)", flush=True)
+        f"{module.minutes} minutes on 2 cores, the module download included)", flush=True)
     packages = list(module.commands.values())
-    listed = subprocess.run([go, "list", "-deps", *packages], cwd=module.path, env=_env(), capture_output=True,
+    listed = subprocess.run([go, "list", "-deps", *packages], cwd=module.path, env=_env(module), capture_output=True,
                             text=True)
     if listed.returncode != 0:
         raise BuildError(f"`go list -deps` in {module.path} failed:\n{listed.stderr.strip()[-3000:]}")
@@ -130,7 +151,7 @@ def _build(module: GoModule, go: str, target: Path, say) -> None:
     (staging / "bin").mkdir(parents=True)
     command = [go, "build", "-v", "-trimpath", "-ldflags", module.ldflags(), "-o", str(staging / "bin") + "/",
                *packages]
-    process = subprocess.Popen(command, cwd=module.path, env=_env(), stdout=subprocess.PIPE,
+    process = subprocess.Popen(command, cwd=module.path, env=_env(module), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     done, tail = 0, []
     stop = threading.Event()
@@ -161,10 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m ascend_cluster.build [--link DIR]``: build (or find) every binary; ``--link`` puts a link to
     kubectl in DIR (a virtual environment's bin, so the kubectl of the control plane's release comes first)."""
     parser = argparse.ArgumentParser(prog="python -m ascend_cluster.build", description=main.__doc__)
-    parser.add_argument("--link", type=Path, help="link kubectl into this folder")
+    parser.add_argument("--link", type=Path, help="link kubectl (and helm, with --gitops) into this folder")
+    parser.add_argument("--gitops", action="store_true",
+                        help="also helm, Flux's source-controller and kustomize-controller, and gitopscheck")
     args = parser.parse_args(argv)
     try:
-        folders = [binaries(module) for module in (KUBERNETES, KUEUE)]
+        folders = [binaries(module) for module in (KUBERNETES, KUEUE, *(GITOPS if args.gitops else ()))]
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -173,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(folders[0] / "kubectl")
+        if args.gitops:
+            link = args.link / "helm"
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(folders[2] / "helm")
     print(f"control plane binaries: {', '.join(str(f) for f in folders)}")
     return 0
 

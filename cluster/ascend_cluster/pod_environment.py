@@ -373,9 +373,42 @@ def termination_message_file(pod_dir: Path) -> Path:
     return pod_dir / "termination-log"
 
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where kube-api-access-* is mounted
+IN_CLUSTER_KUBECONFIG = "in-cluster-kubeconfig"  # in the pod's directory
+
+
+def in_cluster_env(pod_dir: Path, mounts: Mapping[str, Path], api_server: str, namespace: str) -> dict[str, str]:
+    """What lets a pod's process reach the API server as its ServiceAccount. A kubelet gives every pod
+    ``KUBERNETES_SERVICE_HOST``/``PORT``, and clients read the token and CA at the fixed path
+    ``/var/run/secrets/kubernetes.io/serviceaccount``, which a local process cannot see (its mount is a folder of the
+    pod's directory, and only paths in argv and env are rewritten). So a pod that mounts a service-account token
+    there also gets ``KUBECONFIG``: a kubeconfig of exactly what the in-cluster config would hold (the server, the
+    mounted ``ca.crt`` and ``tokenFile`` pointing at the mounted token), which client-go, the Python client, kopf
+    and helm all read. Empty when the pod mounts no token (automountServiceAccountToken: false)."""
+    folder = mounts.get(SERVICE_ACCOUNT_DIR)
+    if folder is None:
+        return {}
+    from urllib.parse import urlsplit
+
+    address = urlsplit(api_server)
+    kubeconfig = pod_dir / IN_CLUSTER_KUBECONFIG
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+        "clusters": [{"name": "in-cluster", "cluster": {"server": api_server,
+                                                         "certificate-authority": str(Path(folder) / "ca.crt")}}],
+        "users": [{"name": "service-account", "user": {"tokenFile": str(Path(folder) / "token")}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account",
+                                                        "namespace": namespace}}],
+    }, indent=1))
+    return {"KUBERNETES_SERVICE_HOST": address.hostname or "", "KUBERNETES_SERVICE_PORT": str(address.port or 443),
+            "KUBECONFIG": str(kubeconfig)}
+
+
 def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, lookup: Lookup,
-                     ips: IpAllocator, token_for: TokenSource | None = None) -> ContainerLaunch:
-    """The argv, env and cwd of the pod's first container, with all the rewrites applied."""
+                     ips: IpAllocator, token_for: TokenSource | None = None,
+                     api_server: str | None = None) -> ContainerLaunch:
+    """The argv, env and cwd of the pod's first container, with all the rewrites applied. ``api_server``: the
+    address pods reach the API server at (``in_cluster_env``)."""
     namespace = pod["metadata"]["namespace"]
     container = (pod.get("spec") or {}).get("containers", [{}])[0]
     mounts = prepare_volumes(pod, pod_dir, cluster_root, lookup, ips.map_dns, token_for)
@@ -390,6 +423,8 @@ def container_launch(pod: dict[str, Any], pod_dir: Path, cluster_root: Path, loo
 
     env = host_base_env()
     env["HOSTNAME"] = (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"]
+    if api_server:
+        env.update(in_cluster_env(pod_dir, mounts, api_server, pod["metadata"]["namespace"]))
     defined: dict[str, str] = {}
     for source in container.get("envFrom") or []:
         kind = "configmaps" if "configMapRef" in source else "secrets"

@@ -109,6 +109,7 @@ class PodRunner:
         configuration = client.Configuration()
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         self._api_client = client.ApiClient(configuration)
+        self.api_server = configuration.host  # what its pods reach the API server at (in_cluster_env)
         self.core = client.CoreV1Api(self._api_client)
         self.leases = client.CoordinationV1Api(self._api_client)
         self.events = PodEvents(self.core, self.node_name)
@@ -400,7 +401,8 @@ class PodRunner:
         pod.setdefault("status", {}).update(podIP=pod_ip, hostIP=HOST_IP)
         container = (pod.get("spec") or {}).get("containers", [{}])[0]
         try:
-            launch = container_launch(pod, pod_dir, self.root, self._lookup, self.ips, self._token)
+            launch = container_launch(pod, pod_dir, self.root, self._lookup, self.ips, self._token,
+                                      self.api_server)
         except PodSetupError as exc:
             # A kubelet keeps the pod waiting and syncs it again: the ConfigMap or claim may exist later.
             running.restart_at = time.monotonic() + SETUP_RETRY_SECONDS

@@ -34,6 +34,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--health", default=None, metavar="HOST:PORT",
                      help="serve /healthz (liveness) and /readyz (readiness), e.g. 0.0.0.0:8080")
     run.add_argument("-v", "--verbose", action="store_true")
+    from .release import add_parser
+    add_parser(sub)
     return parser.parse_args(argv)
 
 
@@ -51,6 +53,9 @@ def _first_watch(namespaces: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.command == "release-finalizers":
+        from . import release
+        return release.main(args)
 
     import kopf
     from kubernetes import client

@@ -1,0 +1,214 @@
+"""The ways users reach the operator, for real, on one local cluster: the real `helm` installs, upgrades, rolls back
+and uninstalls the chart (the node agent runs the operator Deployment's pods as it runs the engine's), and Flux's
+source-controller and kustomize-controller apply jobs from a git repository served on loopback. Every job status
+met on the way is read by kstatus itself (sigs.k8s.io/cli-utils) and by the chart's Argo CD health check in gopher-lua
+(``gitopscheck``, controlplane/gitopscheck). docs/install.md and docs/gitops.md show these commands.
+
+The cluster starts with no CRDs and no operator: Helm installs both, as on a real cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ascend_cluster import build
+from ascend_cluster.cluster import LocalCluster
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "ascend-train-operator"
+HEALTH_LUA = CHART / "files" / "argocd-health.lua"
+RELEASE, RELEASE_NS = "ato", "ascend-system"
+OPERATOR_SELECTOR = "app.kubernetes.io/instance=ato,app.kubernetes.io/name=ascend-train-operator"
+FINALIZER = "ascendtrain.dev/pod-tracking"
+# Short leases, so a takeover on this shared machine takes seconds (the defaults are client-go's 15/10/2).
+FAST_LEASES = ["--set", "leaderElection.leaseDurationSeconds=4", "--set", "leaderElection.renewDeadlineSeconds=3",
+               "--set", "leaderElection.retryPeriodSeconds=1", "--set", "progressInterval=2"]
+
+
+class Tools:
+    """helm, kubectl and gitopscheck against the cluster, each in an environment of its own (helm's config and
+    cache under the test's folder)."""
+
+    def __init__(self, cluster: LocalCluster, home: Path):
+        self.cluster = cluster
+        self.helm_bin = str(build.binaries(build.HELM) / "helm")
+        self.check_bin = str(build.binaries(build.GITOPSCHECK) / "gitopscheck")
+        self.env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig), HOME=str(home),
+                        HELM_CONFIG_HOME=str(home / "helm-config"), HELM_CACHE_HOME=str(home / "helm-cache"),
+                        HELM_DATA_HOME=str(home / "helm-data"))
+
+    def run(self, *argv: str, check: bool = True, input: str | None = None, timeout: float = 300) -> str:
+        out = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, input=input)
+        if check and out.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        return out.stdout + out.stderr
+
+    def helm(self, *args: str, **kw: Any) -> str:
+        return self.run(self.helm_bin, *args, **kw)
+
+    def kubectl(self, *args: str, **kw: Any) -> str:
+        return self.run(self.cluster.kubectl, *args, **kw)
+
+    def get(self, kind: str, name: str, namespace: str = "default") -> dict[str, Any]:
+        return json.loads(self.kubectl("get", kind, name, "-n", namespace, "-o", "json"))
+
+    def kstatus(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(self.run(self.check_bin, "kstatus", input=json.dumps(obj)))
+
+    def argocd(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(self.run(self.check_bin, "argocd", str(HEALTH_LUA), input=json.dumps(obj)))
+
+    def wait(self, what: str, probe, timeout: float = 240, every: float = 1.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            got = probe()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} within {timeout:.0f}s")
+            time.sleep(every)
+
+    def phase(self, kind: str, name: str, namespace: str = "default") -> str:
+        return (self.get(kind, name, namespace).get("status") or {}).get("phase") or ""
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        return json.loads(self.kubectl("get", "pods", "-n", RELEASE_NS, "-l", OPERATOR_SELECTOR, "-o",
+                                       "json"))["items"]
+
+    def lease_holder(self) -> str:
+        out = self.kubectl("get", "lease", "-n", RELEASE_NS, "ascend-train-operator", "-o", "json", check=False)
+        return (json.loads(out)["spec"].get("holderIdentity") or "") if out.startswith("{") else ""
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory):
+    root = tmp_path_factory.mktemp("helm-gitops")
+    with LocalCluster(root / "cluster", crds_dir=None, fast_storage=True) as cluster:
+        yield Tools(cluster, root)
+
+
+def _byo_job(name: str, script: str, namespace: str = "default") -> dict[str, Any]:
+    """A one-pod job running a short Python program of the test's (cheap: no torch), under the operator as any
+    bring-your-own trainer; its claim is the quickstart's workspace."""
+    return {"apiVersion": "ascendtrain.dev/v1alpha1", "kind": "AscendTrainJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"image": "ascend-train/engine-cpu:0.1.0", "nnodes": 1, "devices": {"resource": "none"},
+                     "shmSize": "none",
+                     "volumes": [{"name": "workspace", "persistentVolumeClaim": {"claimName": "ascend-workspace"}}],
+                     "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
+                     "trainer": {"command": ["python3", "-c", script], "progress": "none"}}}
+
+
+def _waits_for(marker: str) -> str:
+    """A program that runs until ``/workspace/<marker>`` exists (the test creates it), then exits 0."""
+    return f"import os, time\nwhile not os.path.exists('/workspace/{marker}'):\n    time.sleep(0.2)\nprint('done')"
+
+
+def _apply(tools: Tools, *docs: dict[str, Any]) -> None:
+    tools.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def _pod_uids(tools: Tools, job: str) -> dict[str, str]:
+    pods = json.loads(tools.kubectl("get", "pods", "-l", f"ascendtrain.dev/job-name={job}", "-o", "json"))["items"]
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+
+def _verdicts(tools: Tools, kind: str, name: str) -> tuple[str, str, dict, dict]:
+    obj = tools.get(kind, name)
+    return obj["status"].get("phase"), obj, tools.kstatus(obj), tools.argocd(obj)
+
+
+def test_helm_install_upgrade_rollback_uninstall(tools: Tools):
+    """`helm install` runs the operator as a Deployment's pod and the quickstart to Succeeded; `helm upgrade` to two
+    replicas with leader election after a CRD change keeps a running job running (same pod, no restart) and the new
+    leader finishes it; `helm rollback` goes back to one replica; `helm uninstall` releases the pod-tracking
+    finalizer of a job still running, so deleting that job afterwards leaves no pod Terminating for good."""
+    out = tools.helm("install", RELEASE, str(CHART), "-n", RELEASE_NS, "--create-namespace", "--wait",
+                     "--timeout", "3m", *FAST_LEASES)
+    assert "STATUS: deployed" in out, out
+    crds = tools.kubectl("get", "crd", "-o", "name")
+    assert "ascendtrainjobs.ascendtrain.dev" in crds and "datasetpreps.ascendtrain.dev" in crds, crds
+    [operator] = tools.operator_pods()
+    assert operator["status"]["phase"] == "Running"
+    tools.wait("no Lease holder", lambda: tools.lease_holder().startswith(operator["metadata"]["name"]))
+
+    # The quickstart, as docs/install.md's "Run a first job" applies it; and a job whose program fails.
+    tools.kubectl("apply", "-f", str(REPO / "examples" / "quickstart.yaml"))
+    failing = _byo_job("bad-data", "raise SystemExit('ValueError: no dataset for prefix /workspace/data/x')")
+    waiting = _byo_job("long", _waits_for("go-long"))
+    _apply(tools, failing, waiting)
+    tools.wait("quickstart not Succeeded", lambda: tools.phase("atj", "quickstart") in ("Succeeded", "Failed"), 400)
+    tools.wait("bad-data not Failed", lambda: tools.phase("atj", "bad-data") == "Failed")
+    tools.wait("long not Running", lambda: tools.phase("atj", "long") == "Running")
+    phase, _, kstatus, health = _verdicts(tools, "atj", "quickstart")
+    assert phase == "Succeeded" and kstatus["status"] == "Current" and health["status"] == "Healthy", \
+        (kstatus, health)
+    phase, failed, kstatus, health = _verdicts(tools, "atj", "bad-data")
+    cause = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")["message"]
+    assert "no dataset for prefix" in cause, cause
+    assert kstatus["status"] == "Failed" and kstatus["message"] == cause, kstatus
+    assert health == {"status": "Degraded", "message": cause, "name": "bad-data", "kind": "AscendTrainJob"}, health
+    _, _, kstatus, health = _verdicts(tools, "atj", "long")
+    assert kstatus["status"] == "InProgress" and health["status"] == "Progressing", (kstatus, health)
+    before = _pod_uids(tools, "long")
+    assert len(before) == 1 and all(FINALIZER in (tools.get("pod", p)["metadata"].get("finalizers") or [])
+                                    for p in before), before
+
+    # Upgrade: the CRDs first (Helm never upgrades crds/), changed as a new release would change them, then the
+    # release with two replicas and a rolled pod template.
+    changed = tools.cluster.root.parent / "crds-next"
+    changed.mkdir(exist_ok=True)
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        crd["metadata"].setdefault("annotations", {})["ascendtrain.dev/next-release"] = "true"
+        for version in crd["spec"]["versions"]:
+            version.setdefault("additionalPrinterColumns", []).append(
+                {"name": "Observed", "type": "integer", "jsonPath": ".status.observedGeneration", "priority": 1})
+        (changed / path.name).write_text(yaml.safe_dump(crd))
+    applied = tools.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(changed))
+    assert "serverside-applied" in applied, applied
+    out = tools.helm("upgrade", RELEASE, str(CHART), "-n", RELEASE_NS, "--reuse-values", "--set", "replicas=2",
+                     "--set-string", "podAnnotations.revision=2", "--wait", "--timeout", "3m")
+    assert "STATUS: deployed" in out and "REVISION: 2" in out, out
+    pods = tools.wait("not two new operator pods", lambda: (lambda p: p if len(p) == 2 and all(
+        x["metadata"].get("annotations", {}).get("revision") == "2" and x["status"].get("phase") == "Running"
+        for x in p) else None)(tools.operator_pods()), 180)
+    names = {p["metadata"]["name"] for p in pods}
+    tools.wait("no new leader", lambda: tools.lease_holder().split("_")[0] in names, 120)
+    assert "OBSERVED" in tools.kubectl("get", "atj", "long", "-o", "wide")  # the new CRD is served
+    # The running job: the same pod, never restarted; the new leader sees it end.
+    (tools.cluster.root / "pvc" / "default" / "ascend-workspace" / "go-long").write_text("")
+    tools.wait("long not Succeeded after the upgrade", lambda: tools.phase("atj", "long") == "Succeeded", 180)
+    long = tools.get("atj", "long")
+    assert long["status"].get("restarts", 0) == 0 and _pod_uids(tools, "long") == before, long["status"]
+
+    out = tools.helm("rollback", RELEASE, "1", "-n", RELEASE_NS, "--wait", "--timeout", "3m")
+    assert "Rollback was a success" in out, out
+    tools.wait("not one operator pod after the rollback", lambda: len(
+        [p for p in tools.operator_pods() if not p["metadata"].get("deletionTimestamp")]) == 1, 180)
+    history = tools.helm("history", RELEASE, "-n", RELEASE_NS)
+    assert "Rollback to 1" in history, history
+
+    # Uninstall with a job still running: its pod holds the finalizer until the hook releases it.
+    _apply(tools, _byo_job("orphan", _waits_for("go-orphan")))
+    tools.wait("orphan not Running", lambda: tools.phase("atj", "orphan") == "Running")
+    [orphan_pod] = _pod_uids(tools, "orphan")
+    assert FINALIZER in tools.get("pod", orphan_pod)["metadata"]["finalizers"]
+    out = tools.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "3m")
+    assert f'release "{RELEASE}" uninstalled' in out, out
+    assert not tools.operator_pods()
+    assert FINALIZER not in (tools.get("pod", orphan_pod)["metadata"].get("finalizers") or [])
+    assert tools.phase("atj", "orphan") == "Running"  # jobs and CRDs stay: Helm never deletes crds/
+    tools.kubectl("delete", "atj", "orphan", "--wait=false")
+    tools.wait("the orphan's pod is still there", lambda: orphan_pod not in tools.kubectl(
+        "get", "pods", "-o", "name"), 90)
+    hook = json.loads(tools.kubectl("get", "jobs", "-n", RELEASE_NS, "-o", "json"))["items"]
+    assert hook == [], hook  # the hook Job succeeded and Helm deleted it
