@@ -80,7 +80,7 @@ FAULT_SEQUENCES ?= 2000
 FAULT_SEQUENCE_STEPS ?= 14
 test-faults: controlplane
 	PATH="$(CURDIR)/$(BIN):$$PATH" FAULT_SEQUENCES=$(FAULT_SEQUENCES) FAULT_SEQUENCE_STEPS=$(FAULT_SEQUENCE_STEPS) \
-		$(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=0 tests/operator/test_fault_sequences.py
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider -o timeout=0 tests/operator/test_fault_sequences.py
 
 # Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
 # rules, and the CRD reference in docs/.

@@ -45,6 +45,7 @@ SEQUENCES = int(os.environ.get("FAULT_SEQUENCES", "12"))
 STEPS = int(os.environ.get("FAULT_SEQUENCE_STEPS", "12"))
 NODES = [f"fault-node-{i}" for i in range(4)]
 _names = itertools.count()
+_RUN = {"sequences": 0, "longest": 0, "started": time.monotonic()}  # for the progress line of a long run
 PICK = st.integers(0, 63)  # which of the candidate pods (or nodes) a rule acts on
 
 # Each failure a pod can report: (exit code, termination message, what the oracle knows of it).
@@ -441,6 +442,11 @@ class FaultSequences(RuleBasedStateMachine):
             self.kubelet.finish_deletions(self.selector)
             return not self.pods()
         wait(gone, 120, "a deleted job's pods gone (no finalizer left on them)", interval=0.2)
+        _RUN["sequences"] += 1
+        _RUN["longest"] = max(_RUN["longest"], len(self.steps) - 1)
+        print(f"sequence {_RUN['sequences']}/{SEQUENCES}: {len(self.steps) - 1} steps, ended "
+              f"{self.model.phase} (restarts {self.model.restarts}, disruptions {self.model.disruptions}); longest "
+              f"{_RUN['longest']} steps; {time.monotonic() - _RUN['started']:.0f} s so far", flush=True)
 
 
 def test_fault_sequences_keep_the_invariants(fault_cluster):
