@@ -73,6 +73,18 @@ def _unknown_fields(value: Any, schema: dict[str, Any], path: tuple) -> list[tup
     return found
 
 
+def _without(value: Any, paths: list[tuple]) -> Any:
+    """A copy of ``value`` without the keys at ``paths`` (the unknown fields found)."""
+    if not paths:
+        return value
+    if isinstance(value, dict):
+        return {k: _without(v, [p[1:] for p in paths if p[0] == k and len(p) > 1]) for k, v in value.items()
+                if (k,) not in paths}
+    if isinstance(value, list):
+        return [_without(v, [p[1:] for p in paths if p[0] == i and len(p) > 1]) for i, v in enumerate(value)]
+    return value
+
+
 def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
                       schemas: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
@@ -91,13 +103,18 @@ def validate_document(doc: dict[str, Any], lines: dict[tuple, int], source: str,
         add(("kind",), f'unknown kind "{kind}" in {GROUP}' + (f' (did you mean "{close[0]}"?)' if close else ""))
         return problems
     body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
-    for path, message in _unknown_fields(body, schemas[kind], ()):
+    unknown = _unknown_fields(body, schemas[kind], ())
+    for path, message in unknown:
         add(path, message)
     if not isinstance(doc.get("spec"), dict):
         add(("spec",), "Required value: an object")
         return problems
     try:
-        spec = RESOURCES[kind].spec.model_validate(doc["spec"])
+        # Without the unknown fields: a model that refuses an extra field runs none of its own checks, so a typo
+        # would hide the other problems of the same object (a globalBatchSize that is no multiple of the micro
+        # batch) until the typo is fixed and the spec sent again.
+        spec = RESOURCES[kind].spec.model_validate(_without(doc["spec"], [p[1:] for p, _ in unknown
+                                                                          if p[:1] == ("spec",)]))
     except ValidationError as exc:
         for error in exc.errors():
             if error["type"] != "extra_forbidden":  # reported above, with the nearest known name

@@ -109,3 +109,25 @@ def test_a_null_device_resource_is_refused_with_what_to_write(tmp_path, capsys):
     line = lines_of(path.read_text(), "resource: null")
     assert f"{path}:{line}: spec.devices.resource: null is not kept by the Kubernetes API server" in \
         capsys.readouterr().err
+
+
+def test_an_unknown_field_hides_no_other_problem(tmp_path, capsys):
+    """Issue 52: a typo'd lrWarmupIter beside a globalBatchSize of 5 (no multiple of the micro batch) is two
+    problems, both named at once: the typo no longer stops the model's own checks of the same object."""
+    text = (EXAMPLES / "quickstart.yaml").read_text()
+    text = text.replace("lrWarmupIters: 3", "lrWarmupIter: 3").replace("globalBatchSize: 4", "globalBatchSize: 5")
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    assert main(["validate", "-f", str(path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert f'{path}:{lines_of(text, "lrWarmupIter")}: spec.train.optimizer.lrWarmupIter: unknown field ' \
+           '"lrWarmupIter" (did you mean "lrWarmupIters"?)' in err, err
+    assert any("globalBatchSize (5) must be a multiple of" in e for e in err), err
+    assert err[-1] == f"{path}: 2 problem(s)", err
+    from ascend_operator.sdk import InvalidSpec, TrainClient
+
+    manifest = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "AscendTrainJob"][0]
+    with pytest.raises(InvalidSpec) as refused:
+        TrainClient.__new__(TrainClient).validate(manifest)
+    said = str(refused.value)
+    assert "lrWarmupIter" in said and "globalBatchSize (5)" in said, said
