@@ -66,6 +66,7 @@ JOB_LABEL, KIND_LABEL = "ascendtrain.dev/job-name", "ascendtrain.dev/job-kind"
 OPERATOR_USER = "system:serviceaccount:{}:{}".format(*OPERATOR_ACCOUNT)
 SCHEDULER = "operator-scale-benchmark"  # no such scheduler runs: the pods stay unbound, kube-scheduler ignores them
 QUIET_S = 1.0
+IDLE_S = 30.0  # jobs mode: how long the operator's idle CPU is measured once every job is reconciled
 POLL_S = 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The audit log's times are wall-clock; the benchmark's are monotonic.
@@ -510,6 +511,12 @@ def jobs(n: int, nnodes: int = 2) -> None:
                   f"job, etcd {1000 * etcd_cpu / n:.1f} ms a job, clients {1000 * clients_cpu / n:.1f} ms a job); "
                   f"operator requests a job "
                   + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c), flush=True)
+            op.until_quiet(time.monotonic())
+            cpu0, idle0 = op.cpu_s(), time.monotonic()
+            time.sleep(IDLE_S)  # the jobs stay pending (no scheduler places their pods): nothing is due
+            idle = op.cpu_s() - cpu0
+            print(f"  idle with {n} pending jobs: operator CPU {idle:.2f} s in {time.monotonic() - idle0:.0f} s "
+                  f"({100 * idle / (time.monotonic() - idle0):.2f}% of a core)", flush=True)
         finally:
             op.close()
 

@@ -98,3 +98,15 @@ def test_pods_on_a_lost_node_are_force_deleted_once():
     pods = JobPods([pod(0, deleting=True, fault="DeletionByTaintManager"),
                     pod(1, deleting=True, fault="DeletionByTaintManager", grace=0), pod(2, deleting=True)])
     assert names(pod_ends.lost(pods)) == ["j-0-0"]
+
+
+def test_each_doomed_set_is_one_selector():
+    """A gang restart deletes an attempt's unfinished pods in one request (label and field selector), not one a pod."""
+    policy = RunPolicy(backoffLimit=1)
+    pods = JobPods([pod(0, attempt=0, phase="Failed"), pod(1, attempt=1, phase="Failed"), pod(0, attempt=1),
+                    pod(2, attempt=1, phase="Pending"), pod(0, attempt=2)])
+    sets = pod_ends.doomed_sets(pods, 2, policy, suspended=False, terminal=False)
+    assert [(n, unfinished, names(of_set)) for n, unfinished, of_set in sets] == [
+        (0, False, ["j-0-0"]), (1, True, ["j-0-1", "j-2-1"])]
+    assert [(n, u) for n, u, _ in pod_ends.doomed_sets(pods, 2, RunPolicy(cleanPodPolicy="Running"), False, True)] \
+        == [(None, True)]

@@ -77,6 +77,18 @@ class RunPolicy(KubeModel):
             return False
         return (at - parse_time(active_since)).total_seconds() > self.activeDeadlineSeconds
 
+    def deadline_remaining(self, active_since: str | None, at: dt.datetime) -> float | None:
+        """Seconds until activeDeadlineSeconds passes (None: no deadline, or not started)."""
+        if self.activeDeadlineSeconds is None or not active_since:
+            return None
+        return max(0.0, self.activeDeadlineSeconds - (at - parse_time(active_since)).total_seconds()) + 1
+
+    def ttl_remaining(self, completion_time: str | None, at: dt.datetime) -> float | None:
+        """Seconds until a finished job's TTL is due (None: no TTL, or not finished)."""
+        if self.ttlSecondsAfterFinished is None or not completion_time:
+            return None
+        return max(0.0, self.ttlSecondsAfterFinished - (at - parse_time(completion_time)).total_seconds())
+
     def ttl_expired(self, completion_time: str | None, at: dt.datetime) -> bool:
         if self.ttlSecondsAfterFinished is None or not completion_time:
             return False

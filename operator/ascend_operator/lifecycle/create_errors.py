@@ -60,6 +60,13 @@ def due(key: tuple[str, str, str]) -> bool:
     return time.monotonic() >= _attempts.get(key, (0, 0.0))[1]
 
 
+def remaining(key: tuple[str, str, str]) -> float | None:
+    """Seconds until a job backing off may try again (None: it is not backing off)."""
+    if key not in _attempts:
+        return None
+    return max(0.0, _attempts[key][1] - time.monotonic())
+
+
 def backoff(key: tuple[str, str, str]) -> tuple[int, float]:
     """Count one more failed attempt for ``key``: (failures so far, seconds until the next may start)."""
     failures = _attempts.get(key, (0, 0.0))[0] + 1

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from ..api.group import POD_FINALIZER
+from ..api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER
 from ..cache.job_pods import index
 from ..cache.pod_cache import JobKey, PodCache
 from ..client import fan_out
@@ -94,6 +94,27 @@ def delete(cache: PodCache, key: JobKey, pods: list[dict[str, Any]], grace_secon
 
     _raise_first(fan_out.each(one, doomed))
     return len(doomed)
+
+
+def delete_sets(cache: PodCache, key: JobKey, sets: list[tuple[int | None, bool, list[dict[str, Any]]]],
+                grace_seconds: int | None = None) -> int:
+    """Delete each set (``pod_ends.doomed_sets``) in one request: the job's pods of that attempt (all of them, or
+    those not finished), by label and field selector. How many pods were deleted."""
+    deleted = 0
+    at = now()
+    for attempt, unfinished_only, pods in sets:
+        if all(p["metadata"].get("deletionTimestamp") for p in pods):
+            continue  # asked already: their deletion is under way
+        if any(LABEL_ATTEMPT not in (p["metadata"].get("labels") or {}) for p in pods):
+            deleted += delete(cache, key, pods, grace_seconds)  # pods from before attempts: no label to select
+            continue
+        labels = {LABEL_JOB_KIND: key[0], LABEL_JOB_NAME: key[2]}
+        if attempt is not None:
+            labels[LABEL_ATTEMPT] = str(attempt)
+        for pod in kube().delete_pods(key[1], labels, unfinished_only, grace_seconds):
+            cache.deleting(key, pod["metadata"]["name"], pod["metadata"]["uid"], at)
+            deleted += 1
+    return deleted
 
 
 def force_delete(cache: PodCache, obj: dict[str, Any], key: JobKey, pods: list[dict[str, Any]]) -> None:

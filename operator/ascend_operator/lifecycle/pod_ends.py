@@ -36,21 +36,31 @@ def _unfinished(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in pods if not finished(p)]
 
 
-def doomed(pods: JobPods, attempt: int, policy: RunPolicy, suspended: bool, terminal: bool) -> list[dict[str, Any]]:
-    """The live pods to delete now."""
+Doomed = tuple[int | None, bool, list[dict[str, Any]]]  # (attempt or None: all, only unfinished ones, the pods)
+
+
+def doomed_sets(pods: JobPods, attempt: int, policy: RunPolicy, suspended: bool, terminal: bool) -> list[Doomed]:
+    """The live pods to delete now, as sets a label and field selector name (an attempt's pods, all or those not
+    finished), so that each set is one request."""
     if terminal:
-        return policy.pods_to_clean(pods.live())
-    out: list[dict[str, Any]] = []
+        clean = policy.pods_to_clean(pods.live())
+        return [(None, policy.cleanPodPolicy == "Running", clean)] if clean else []
+    out: list[Doomed] = []
     oldest_kept = attempt - attempts.kept(policy.backoffLimit)
     for n in pods.attempt_numbers():
         view = pods.attempt(n)
         if n <= oldest_kept or n > attempt:  # too old to keep; or of an attempt the status does not know (yet)
-            out += view.live()
+            out.append((n, False, view.live()))
         elif n < attempt and view.count("Pending") + view.count("Running"):
-            out += _unfinished(view.live())
+            out.append((n, True, _unfinished(view.live())))
         elif n == attempt and suspended:
-            out += view.live()
-    return out
+            out.append((n, False, view.live()))
+    return [d for d in out if d[2]]
+
+
+def doomed(pods: JobPods, attempt: int, policy: RunPolicy, suspended: bool, terminal: bool) -> list[dict[str, Any]]:
+    """The live pods to delete now."""
+    return [p for _, _, of_set in doomed_sets(pods, attempt, policy, suspended, terminal) for p in of_set]
 
 
 def may_run(pod: dict[str, Any]) -> bool:

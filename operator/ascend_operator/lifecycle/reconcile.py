@@ -41,6 +41,7 @@ from ..cache.job_pods import JobPods, held
 from ..cache.object_cache import JOBS
 from ..cache.pod_cache import JobKey, PodCache
 from ..cache.workqueue import WorkQueue
+from ..settings import PROGRESS_INTERVAL
 from ..client.kubeclient import STOPPING, kube
 from ..kueue import integration as kueue
 from ..progress import engine_events, history, live
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 PODS = PodCache()  # every job's pods, fed by the pod informer and the reconcile's own writes
 QUEUE = WorkQueue()  # job keys (kind, namespace, name) due for a reconcile
 _LOCKS: defaultdict[JobKey, threading.Lock] = defaultdict(threading.Lock)
-KNOWN: dict[JobKey, tuple[JobKind, bool]] = {}  # key -> (kind, worth sweeping)
+DUE: dict[JobKey, float] = {}  # key -> when (time.monotonic) a pass is due with no event to bring it (``_due``)
 _KEPT: dict[JobKey, int] = {}  # key -> the newest iteration its history ConfigMap holds
 
 
@@ -97,7 +98,7 @@ def _reconcile(job: JobKind, namespace: str, name: str) -> None:
         return  # not written: the next pass decides again from a fresh read
     # 7. Act on what was written.
     _act(job, obj, key, spec.runPolicy, status, pods)
-    KNOWN[key] = (job, True)
+    _schedule(key, _due(job, key, spec, status))
 
 
 # -- 5. decide -------------------------------------------------------------------------------------------------
@@ -376,8 +377,9 @@ def _act(job: JobKind, obj: dict[str, Any], key: JobKey, policy: RunPolicy, stat
     # A stalled gang cannot finish its step, so SIGTERM's save-and-exit cannot happen: a short grace instead.
     grace = stalls.STALLED_GRACE_SECONDS if restarting.get("status") == "True" and \
         restarting.get("reason") == "Stalled" else None
-    doomed = pod_ends.doomed(pods, attempt, policy, suspended, terminal)
-    deleted = pod_calls.delete(PODS, key, doomed, grace)
+    sets = pod_ends.doomed_sets(pods, attempt, policy, suspended, terminal)
+    doomed = [p for _, _, of_set in sets for p in of_set]
+    deleted = pod_calls.delete_sets(PODS, key, sets, grace)
     if terminal and deleted:
         _event(obj, "PodsCleaned", f"runPolicy.cleanPodPolicy {policy.cleanPodPolicy}: deleted {deleted} pod(s)")
     if lost := pod_ends.lost(pods):
@@ -400,12 +402,40 @@ def _finished(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, sta
     kueue.finished(job.kind.kind, obj, status)
     policy = _policy(job, obj)
     _act(job, obj, key, policy, status, pods)
-    KNOWN[key] = (job, policy.ttlSecondsAfterFinished is not None)
-    if policy.ttl_expired(status.get("completionTime"), dt.datetime.now(dt.timezone.utc)):
+    now_utc = dt.datetime.now(dt.timezone.utc)
+    _schedule(key, policy.ttl_remaining(status.get("completionTime"), now_utc))
+    if policy.ttl_expired(status.get("completionTime"), now_utc):
         _event(obj, "Deleted", f"runPolicy.ttlSecondsAfterFinished ({policy.ttlSecondsAfterFinished}s) "
                                "passed: deleting the job and what it created")
         kube().delete_custom(job.kind.kind, *key[1:])
         forget(job, *key[1:])
+
+
+# -- when the next pass is due --------------------------------------------------------------------------------
+
+def _due(job: JobKind, key: JobKey, spec: Any, status: dict[str, Any]) -> float | None:
+    """Seconds until this job needs a pass that no event will bring, or None: as controller-runtime's
+    RequeueAfter. Rank 0's figures (a running job's progress and stall clock, an elastic job's capacity) are read
+    every PROGRESS_INTERVAL; dependencies are polled while waited for; a deadline, a create's backoff are timers.
+    A pending or suspended job waits for its pods', its Workload's or its own events and costs nothing meanwhile."""
+    policy = spec.runPolicy
+    at = dt.datetime.now(dt.timezone.utc)
+    if status.get("phase") in TERMINAL:
+        return policy.ttl_remaining(status.get("completionTime"), at)
+    due = [policy.deadline_remaining((condition(status, "Created") or {}).get("lastTransitionTime"), at),
+           create_errors.remaining(key)]
+    if status.get("phase") == "Running" or getattr(spec, "elastic", None) is not None or \
+            (condition(status, "DependenciesReady") or {}).get("status") == "False":
+        due.append(PROGRESS_INTERVAL)
+    due = [d for d in due if d is not None]
+    return min(due) if due else None
+
+
+def _schedule(key: JobKey, seconds: float | None) -> None:
+    if seconds is None:
+        DUE.pop(key, None)
+    else:
+        DUE[key] = time.monotonic() + max(0.0, seconds)
 
 
 # -- reading and forgetting ------------------------------------------------------------------------------------
@@ -442,7 +472,7 @@ def forget(job: JobKind, namespace: str, name: str) -> None:
     """The job is gone: drop what the operator kept of it (its pods still held by the finalizer stay in the cache
     until released)."""
     key = (job.kind.kind, namespace, name)
-    KNOWN.pop(key, None)
+    DUE.pop(key, None)
     _KEPT.pop(key, None)
     try:
         kueue.release(job.kind.kind, namespace, name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from .. import metrics
@@ -68,16 +69,23 @@ def stop() -> None:
         _workers.pop().stop()
 
 
+SWEEP_TICK_S = 0.5
+
+
 async def sweep_forever(stop_: asyncio.Event) -> None:
-    """Every PROGRESS_INTERVAL, queue each live job (and each finished one with a TTL) for a reconcile."""
+    """Queue each job whose next pass is due (``reconcile._due``: a running job's progress every
+    PROGRESS_INTERVAL, a deadline, a TTL, a backoff); a job waiting for events is not touched, so idle jobs cost
+    nothing however many there are."""
     while not stop_.is_set() and not STOPPING.is_set():
         try:
-            await asyncio.wait_for(stop_.wait(), timeout=PROGRESS_INTERVAL)
+            await asyncio.wait_for(stop_.wait(), timeout=min(SWEEP_TICK_S, PROGRESS_INTERVAL))
             return
         except asyncio.TimeoutError:
             pass
-        for key, (_, worth) in list(lifecycle.KNOWN.items()):
-            if worth and create_errors.due(key):
+        now = time.monotonic()
+        for key, due in list(lifecycle.DUE.items()):
+            if due <= now:
+                lifecycle.DUE.pop(key, None)  # the pass schedules the next one
                 lifecycle.QUEUE.add(key)
 
 
@@ -86,6 +94,7 @@ def _reconcile_failed(job: JobKind, namespace: str, name: str, error: Exception)
     the sweep only after a capped exponential backoff, and says so in a Warning event instead of a log line every
     sweep."""
     failures, delay = create_errors.backoff((job.kind.kind, namespace, name))
+    lifecycle.DUE[(job.kind.kind, namespace, name)] = time.monotonic() + delay
     message = f"reconciling failed (attempt {failures}; next in {delay:.0f}s): {type(error).__name__}: {error}"
     logger.warning("%s %s/%s: %s", job.kind.kind, namespace, name, message)
     try:
@@ -107,7 +116,6 @@ def _job_seen(job: JobKind, type: str | None, obj: dict[str, Any]) -> None:
         return
     JOBS.observe(key, obj)
     status = obj.get("status") or {}
-    lifecycle.KNOWN.setdefault(key, (job, True))
     if status.get("phase") in TERMINAL and type is not None:
         return
     if type in (None, "ADDED") or obj["metadata"].get("generation") != status.get("observedGeneration"):
