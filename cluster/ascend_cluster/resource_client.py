@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+
+# kube-apiserver's limit on a request's body (its MaxRequestBodyBytes, 3 MiB). A bigger one is refused with 413,
+# but the server may close the connection before the client has sent the whole body, which the client then sees
+# as a broken connection, not as the answer.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,17 @@ class ResourceClient:
         try:
             response = self.api.call_api(method, url, header_params=headers, body=body)
             response.read()
+        except urllib3.exceptions.MaxRetryError as exc:
+            # Connected, then lost while sending: say what the server refused, not that it cannot be reached.
+            if body is None or isinstance(exc.reason, urllib3.exceptions.NewConnectionError) or not self._answers():
+                raise
+            size = len(json.dumps(body).encode())
+            if size > MAX_REQUEST_BYTES:
+                raise ApiRequestError(413, f"Request entity too large: limit is {MAX_REQUEST_BYTES} (this request "
+                                           f"is {size} bytes; the server closed the connection before reading it "
+                                           "all)") from None
+            raise ApiRequestError(0, f"the connection to the server was lost during the request ({exc.reason})") \
+                from None
         except ApiException as exc:
             try:
                 message = json.loads(exc.body or "{}").get("message") or exc.reason
@@ -101,6 +118,17 @@ class ResourceClient:
                 message = None
             raise ApiRequestError(response.status, message or response.data.decode(errors="replace"))
         return json.loads(response.data) if response.data else None
+
+    def _answers(self) -> bool:
+        """Whether the server answers a small request (GET /version) now."""
+        headers = {"Accept": "application/json"}
+        self.api.update_params_for_auth(headers, [], ["BearerToken"], "/version", "GET", None)
+        try:
+            self.api.call_api("GET", self.api.configuration.host + "/version", header_params=headers,
+                              _request_timeout=5).read()
+            return True
+        except Exception:  # noqa: BLE001  (any failure: it does not answer)
+            return False
 
     # -- discovery -------------------------------------------------------------------------------
 
