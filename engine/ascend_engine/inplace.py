@@ -231,6 +231,58 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
                               "permanent": False, "podIndex": os.environ.get("NODE_RANK"), "failures": []}
     _write(path, record)
     monitor, restart = LocalElasticAgent._monitor_workers, SimpleElasticAgent._restart_workers
+    from .inprocess import ENV_ENDPOINT, ENV_JOIN, ENV_SPARES, Coordinator, limit as in_process_limit
+
+    in_process = in_process_limit() if os.environ.get(ENV_ENDPOINT) else 0
+    spare_count = os.environ.get(ENV_SPARES, "1")
+    spares = None
+    if in_process and spare_count.isdigit() and int(spare_count) > 0:
+        from .spare import WarmSpares
+
+        spares = WarmSpares(int(spare_count), folder)
+    alive = {"at": time.time()}  # when every worker was last seen running: a death's time is after it
+
+    def replace_dead(agent, worker_group) -> None:
+        """In-process restarts: a worker that died is replaced by a warm spare before torchrun's monitor sees it
+        (which would stop every worker of the pod), when the job's count allows and a spare is ready; the
+        restarted ranks of every pod meet it in the next generation's process group (``ascend_engine.inprocess``).
+        Otherwise torchrun's monitor sees the death: the in-place level."""
+        from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+        pc = agent._pcontext
+        for lr, handler in (getattr(pc, "subprocess_handlers", None) or {}).items():
+            code = handler.proc.poll()
+            if code in (None, 0, DELIBERATE_EXIT):
+                continue
+            f = _failure(ProcessFailure(local_rank=lr, pid=handler.proc.pid, exitcode=code,
+                                        error_file=pc.error_files[lr]))
+            pod = _pod_index() or 0
+            failure = {"failedAt": alive["at"], "rank": pod * worker_group.spec.local_world_size + lr,
+                       "podIndex": pod, "localRank": lr, "exitCode": f["exitCode"], "signal": f["signal"],
+                       "error": f["error"]}
+            ready = spares.ready() if spares else None
+            try:
+                coordinator = Coordinator(JobCount(worker_group).store, worker_group.spec.rdzv_handler.get_run_id(),
+                                          record["restarts"])
+                decision = coordinator.claim(coordinator.count(), failure, in_process, can_restart=ready is not None)
+            except Exception as e:  # noqa: BLE001 - the store unreachable: torchrun's own path decides
+                _say(f"no in-process restart: the rendezvous store is unreachable ({type(e).__name__}: {e})")
+                return
+            if not decision or not decision.get("restart") or ready is None:
+                why = "no warm spare ready" if ready is None else f"in-process restarts used up ({in_process})"
+                _say(f"no in-process restart for local rank {lr} ({why}): {describe(f)}")
+                return
+            try:
+                os.unlink(pc.error_files[lr])  # the spare's own failure, if any, goes there
+            except OSError:
+                pass
+            env = {**pc.envs[lr], ENV_JOIN: str(decision["generation"])}
+            new = spares.take(ready, env, list(pc.args[lr]))
+            handler.proc = new
+            worker_group.workers[lr].id = new.pid
+            record["inProcess"] = [*record.get("inProcess", []), {**failure, "spare": new.pid}][-FAILURES_KEPT:]
+            _say(f"in-process restart {decision['restarts']}/{in_process}: {describe(f)}; warm spare {new.pid} "
+                 f"takes local rank {lr}")
 
     def give_up(agent, pending, report, count=None, k=None):
         agent._remaining_restarts = 0
@@ -243,8 +295,13 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
                 pass
 
     def monitored(agent, worker_group):
+        if in_process:
+            replace_dead(agent, worker_group)
         result = monitor(agent, worker_group)
         if result.state not in {WorkerState.UNHEALTHY, WorkerState.FAILED}:
+            alive["at"] = time.time()
+            if spares is not None and not spares.started and os.path.exists(trained_path):
+                spares.start(worker_group.spec.entrypoint, list(agent._pcontext.args[0]))  # after the first step
             return result
         failures = [_failure(f) for f in result.failures.values()]
         k = record["restarts"]  # the job's count when this round began

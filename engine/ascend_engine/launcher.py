@@ -26,6 +26,15 @@ def _max_restarts(argv: list[str]) -> int:
     return 0
 
 
+def _rdzv_endpoint(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--rdzv-endpoint=") or arg.startswith("--rdzv_endpoint="):
+            return arg.split("=", 1)[1]
+        if arg in ("--rdzv-endpoint", "--rdzv_endpoint") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     say("torchrun", "importing torch", started)
@@ -38,7 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     # the operator through this launcher's report and the workers' own, not through that copy.
     os.environ.setdefault("TORCHELASTIC_ERROR_FILE", os.devnull)
     record = None
-    if max_restarts := _max_restarts(argv):
+    from .inprocess import ENV_ENDPOINT, limit
+
+    if (endpoint := _rdzv_endpoint(argv)) and limit():  # in-process restarts: the workers reach the agents' store
+        os.environ[ENV_ENDPOINT] = endpoint
+    max_restarts = _max_restarts(argv)
+    if max_restarts or os.environ.get(ENV_ENDPOINT):
         from .inplace import watch_agent
 
         record = watch_agent(max_restarts)

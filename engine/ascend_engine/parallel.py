@@ -39,13 +39,15 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vpp: int | None = None) -> ParallelInfo:
+def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vpp: int | None = None,
+                  store=None) -> ParallelInfo:
     """Join the torchrun world (a world of one when started without torchrun) and build Megatron's groups.
 
     Seeds python/torch with ``seed`` on every rank (so full-model initialisation is rank independent) and
     Megatron's model-parallel RNG tracker the way Megatron-LM does. ``ep`` splits routed experts over
     expert-parallel ranks; expert layers keep the dense layers' TP (Megatron's default expert TP size). ``vpp``
-    model chunks per pipeline rank select Megatron's interleaved schedule.
+    model chunks per pipeline rank select Megatron's interleaved schedule. ``store``: the process group's
+    key-value store (an in-process restart's generation, ``ascend_engine.inprocess``), else torchrun's.
     """
     backend.apply()  # before Megatron is imported, so its CUDA calls are redirected from the start
     from megatron.core import parallel_state
@@ -55,8 +57,9 @@ def init_parallel(backend: Backend, tp: int, pp: int, seed: int, ep: int = 1, vp
     if not torch.distributed.is_initialized():
         timeout = timedelta(minutes=_env_int("ASCEND_DIST_TIMEOUT_MIN", 30))
         # Started without torchrun: a world of one needs no TCP rendezvous (and no port that may be taken).
-        store = torch.distributed.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else \
-            worker_store(world_size, timeout)  # under in-place restarts (ascend_engine.inplace)
+        if store is None:
+            store = torch.distributed.HashStore() if "MASTER_ADDR" not in os.environ and world_size == 1 else \
+                worker_store(world_size, timeout)  # under in-place restarts (ascend_engine.inplace)
         torch.distributed.init_process_group(backend=backend.dist_backend, rank=rank, world_size=world_size,
                                              timeout=timeout, store=store)
     if world_size % (tp * pp):

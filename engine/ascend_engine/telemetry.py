@@ -27,7 +27,16 @@ GOODPUT_METRICS = {f"ascend_goodput_{snake}": field for snake, field in (
     ("failed_time", "failedTime"), ("detected_time", "detectedTime"), ("stopped_time", "stoppedTime"),
     ("loaded_iteration", "loadedIteration"), ("prior_high_water_iteration", "priorHighWaterIteration"),
     ("productive_seconds", "productiveSeconds"),
-    ("in_place_restarts", "inPlaceRestarts"))}
+    ("in_place_restarts", "inPlaceRestarts"),
+    # the last in-process restart (ascend_engine.inprocess): its marks, as rank 0 saw them
+    ("in_process_restarts", "inProcessRestarts"), ("in_process_failed_time", "inProcessFailedTime"),
+    ("in_process_detected_time", "inProcessDetectedTime"), ("in_process_stopped_time", "inProcessStoppedTime"),
+    ("in_process_rejoined_time", "inProcessRejoinedTime"), ("in_process_joined_time", "inProcessJoinedTime"),
+    ("in_process_first_step_time", "inProcessFirstStepTime"),
+    ("in_process_caught_up_time", "inProcessCaughtUpTime"),
+    ("in_process_loaded_iteration", "inProcessLoadedIteration"),
+    ("in_process_high_water_iteration", "inProcessHighWaterIteration"),
+    ("in_process_spares", "inProcessSpares"), ("in_process_from_memory", "inProcessFromMemory"))}
 # Metric name -> status.progress field. The operator imports this table, so the two never drift.
 METRIC_NAMES = {
     **GOODPUT_METRICS,

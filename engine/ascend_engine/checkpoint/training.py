@@ -67,11 +67,12 @@ def model_entries(models: list[dict]) -> dict:
     return {"model": models[0]} if len(models) == 1 else {f"model{i}": m for i, m in enumerate(models)}
 
 
-def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWrite:
+def save_training_checkpoint(trainer, background: bool = False, memory=None) -> CheckpointWrite:
     """Collective. One file per model-parallel rank (TP, PP and EP), written by data-parallel rank 0 of each
     (with experts: expert-data-parallel rank 0, so every expert-parallel rank's experts are written). Everything
     is serialised before this returns; with ``background`` the files are written while training goes on, and the
-    caller ``finish``es the returned write (collective) before the checkpoint counts."""
+    caller ``finish``es the returned write (collective) before the checkpoint counts. ``memory`` (a
+    ``checkpoint.memory.MemoryCheckpoint``) keeps this rank's serialised files for in-process restarts."""
     from megatron.core import parallel_state
 
 
@@ -100,8 +101,10 @@ def save_training_checkpoint(trainer, background: bool = False) -> CheckpointWri
         trainer.optimizer.save_parameter_state(shards)
         if shards.tell():
             files[DISTRIB_OPTIM_FILE] = shards.getbuffer()
-    return begin_checkpoint(cfg.checkpoint.save, trainer.iteration,
-                            rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep), files,
+    rank_dir = rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
+    if memory is not None:
+        memory.keep(trainer.iteration, rank_dir, files)
+    return begin_checkpoint(cfg.checkpoint.save, trainer.iteration, rank_dir, files,
                             is_rank0=info.rank == 0, background=background,
                             keep_last=cfg.checkpoint.keepLastCheckpoints)
 
@@ -349,6 +352,32 @@ def load_training_checkpoint(trainer) -> str | None:
     if trainer.iteration == 0 or not ck.loadOptim:
         trainer.optimizer.reload_model_params()  # copy the loaded weights into fp32 main params
     return "; ".join(loaded)
+
+
+def load_from_memory(trainer, memory) -> str | None:
+    """Collective, after an in-process restart: the run's newest checkpoint from host memory (this rank's, or sent
+    by the peer that holds its replica), restored as ``load_training_checkpoint`` restores its files; None on
+    every rank when the memory cannot serve every rank (the caller then reads the files). Only for a run that
+    resumes from its own checkpoints (``checkpoint.load`` is ``checkpoint.save``, no LoRA, no fine-tuning start),
+    which is what the memory holds."""
+    from .memory import load_state
+
+    cfg, info = trainer.cfg, trainer.info
+    ck = cfg.checkpoint
+    if cfg.lora.enabled or ck.finetune or not ck.save or ck.load != ck.save or not torch.distributed.is_initialized():
+        return None
+    rank_dir = rank_dir_name(info.tp_rank, info.pp_rank, info.pp, info.ep_rank, info.ep)
+    found = memory.restore(trainer, rank_dir)
+    if found is None:
+        return None
+    iteration, files = found
+    state, shards = load_state(files)
+    folder = iteration_dir(ck.save, iteration) / rank_dir
+    _load_model(trainer, state, folder, adapters=False)
+    _resume(trainer, iteration, folder, state, shards if info.dp_rank == 0 else None)
+    if trainer.iteration == 0 or not ck.loadOptim:
+        trainer.optimizer.reload_model_params()
+    return f"{ck.save} at iteration {iteration} from host memory"
 
 
 def load_model_weights(gpt, root, trainer, score_head: bool = False) -> None:

@@ -39,8 +39,9 @@ class TrainResult:
 class Trainer:
     """Builds everything for this rank and runs ``trainIters`` steps (collective on all ranks)."""
 
-    def __init__(self, cfg: TrainConfig, backend: Backend):
+    def __init__(self, cfg: TrainConfig, backend: Backend, session=None):
         started = time.perf_counter()
+        self.session = session  # in-process restarts (ascend_engine.inprocess): what outlives this trainer
         say("train", f"importing Megatron-core and setting up the {backend.name} device", started)
         backend.apply()  # before the first Megatron import
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -55,17 +56,24 @@ class Trainer:
         t, p = cfg.training, cfg.parallel
         say("train", f"joining the process group: TP {p.tensorModelParallelSize} x PP {p.pipelineModelParallelSize} "
             f"x EP {p.expertModelParallelSize}", started)
+        before = session.forming() if session else None
         self.info: ParallelInfo = init_parallel(backend, p.tensorModelParallelSize, p.pipelineModelParallelSize,
-                                                t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size)
-        self.goodput = GoodputClock(cfg.checkpoint.save)
+                                                t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size,
+                                                store=session.pg_store() if session else None)
+        if session:
+            session.formed(before)
+        restart = session.restart if session else None
+        if restart is not None:
+            restart["joinedAt"] = time.time()
+        self.goodput = self._kept("goodput", lambda: GoodputClock(cfg.checkpoint.save))
         self.goodput.mark("joined")
         self.goodput.gather_agents(gather_objects)
         self.dtype = DTYPES[t.precision]
         self.stage = make_stage(cfg)
         say("train", "building the dataset index" if cfg.data.dataPath else
             "preparing synthetic data (no data.dataPath)", started)
-        self.data = build_train_data(cfg)
-        self.valid = build_validation_data(cfg) if validation_enabled(cfg) else None
+        self.data = self._kept("data", lambda: build_train_data(cfg))  # the index outlives an in-process restart
+        self.valid = self._kept("valid", lambda: build_validation_data(cfg)) if validation_enabled(cfg) else None
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=False,
             use_distributed_optimizer=p.useDistributedOptimizer)
@@ -100,31 +108,45 @@ class Trainer:
         self.last_checkpoint: int | None = None
         self.pending_save = None  # a CheckpointWrite whose files are still being written
         self.num_micro = t.globalBatchSize // (t.microBatchSize * self.info.dp)
-        if cfg.checkpoint.load or cfg.lora.loraLoad:
+        loaded = None
+        if restart is not None:  # an in-process restart: the newest checkpoint from host memory when it can
+            from ..checkpoint.training import load_from_memory
+
+            session.gather_marks()
+            loaded = load_from_memory(self, session.memory) if session.memory_enabled else None
+            restart["fromMemory"] = loaded is not None
+        if loaded is None and (cfg.checkpoint.load or cfg.lora.loraLoad):
             from ..checkpoint.training import load_training_checkpoint
 
             say("train", f"loading the checkpoint {cfg.checkpoint.load or cfg.lora.loraLoad}", started)
             loaded = load_training_checkpoint(self)
-            if loaded is not None and self.info.rank == 0:
-                print(f"loaded checkpoint {loaded}", flush=True)
+        if loaded is not None and self.info.rank == 0:
+            print(f"loaded checkpoint {loaded}", flush=True)
         self.goodput.mark("loaded")
         self.goodput.loaded_iteration = self.iteration
         self.stage.setup(self)
         self.last_metrics: dict[str, float] = {}
         self.tensorboard = open_tensorboard(cfg.observability.tensorboardDir) if self.info.rank == 0 else None
-        self.trackers = self._open_trackers(backend) if self.info.rank == 0 and cfg.observability.trackers else None
+        self.trackers = self._kept("trackers", lambda: self._open_trackers(backend)) \
+            if self.info.rank == 0 and cfg.observability.trackers else None
         self.metrics: Metrics | None = None
         if self.info.rank == 0 and cfg.observability.metricsPort:
-            self.metrics = Metrics()
-            self.metrics.serve(cfg.observability.metricsPort)
+            self.metrics = self._kept("metrics", lambda: self._serve_metrics(cfg.observability.metricsPort))
             # Figures from the start, so the operator reads the series (still empty) and the run waits at its end
             # until the operator has the last points, however short the run.
             self.metrics.set(trainIters=t.trainIters, **self.goodput.figures())
+            if session and restart is None:  # the attempt's in-process restarts so far (the operator's baseline)
+                self.metrics.set(inProcessRestarts=session.generation)
             if self.numerics.rollbacks:  # a resumed run that has rolled back before
                 self.metrics.set(**self.numerics.figures())
             if self.trackers:
                 self.metrics.tracking = status_records(self.trackers.records)
-        if self.info.rank == 0 and (restarted := self.goodput.restart_summary()):
+        if restart is not None:
+            restart["loadedIteration"] = self.iteration
+            restart["highWater"] = max(self.goodput.high_water, self.goodput.prior_high_water)
+            if self.info.rank == 0:
+                emit_event("Warning", "RecoveredInProcess", session.summary(self.iteration))
+        elif self.info.rank == 0 and (restarted := self.goodput.restart_summary()):
             emit_event("Warning", "RecoveredInPlace", restarted)
         self.flops = flops_per_step(
             cfg.model.numLayers, cfg.model.hiddenSize, cfg.model.active_ffn_hidden_size, cfg.model.numAttentionHeads,
@@ -133,6 +155,16 @@ class Trainer:
         self.peak = backend.peak_flops(self.dtype)
         self.vocab_size = cfg.model.padded_vocab_size(p.tensorModelParallelSize)
         say("train", f"first step (iteration {self.iteration + 1} of {t.trainIters})", started)
+
+    def _kept(self, name: str, make):
+        """``make()``, or what an earlier trainer of this process made (after an in-process restart)."""
+        return self.session.keep(name, make) if self.session else make()
+
+    @staticmethod
+    def _serve_metrics(port: int) -> Metrics:
+        metrics = Metrics()
+        metrics.serve(port)
+        return metrics
 
     def _open_trackers(self, backend: Backend):
         """Rank 0's experiment-tracker runs (``observability.trackers``), continued from the ids beside the
@@ -210,7 +242,8 @@ class Trainer:
         try:
             self.finish_save()
             background = self.cfg.checkpoint.asyncSave and not blocking
-            self.pending_save = save_training_checkpoint(self, background=background)
+            memory = self.session.memory if self.session and self.session.memory_enabled else None
+            self.pending_save = save_training_checkpoint(self, background=background, memory=memory)
             path = self.pending_save.final
             if not background:
                 self.finish_save()
@@ -230,6 +263,11 @@ class Trainer:
         pending, self.pending_save = self.pending_save, None
         pending.finish()
         self.last_checkpoint = pending.iteration
+        if self.session and self.session.memory_enabled:  # the promoted checkpoint, in memory here and at a peer
+            import os
+
+            self.session.memory.commit(pending.iteration, self.info.rank, self.info.world_size,
+                                       int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
     def run(self) -> TrainResult:
         cfg, t, obs = self.cfg, self.cfg.training, self.cfg.observability
@@ -242,9 +280,23 @@ class Trainer:
         start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
         first_iteration = self.iteration
         preemption, preempted = PreemptionWatch().install(), False
+        try:
+            return self._run(cfg, t, obs, rank0, progress, losses, checkpoint, tokens_per_step, start, window_start,
+                             window_steps, first_iteration, preemption, preempted)
+        except BaseException:
+            preemption.uninstall()  # an in-process restart installs its own
+            raise
+
+    def _run(self, cfg, t, obs, rank0, progress, losses, checkpoint, tokens_per_step, start, window_start,
+             window_steps, first_iteration, preemption, preempted) -> TrainResult:
+        restart = self.session.restart if self.session else None
         while self.iteration < t.trainIters:
             step_start = time.perf_counter()
             self.goodput.mark("firstStep")
+            if restart is not None and "firstStepAt" not in restart:
+                restart["firstStepAt"] = time.time()
+                self._in_process_figures()
+            step_wall = time.time()
             loss, grad_norm, applied = self.train_step()
             started_up()  # from here on the step lines and progress speak
             if self._numeric_fault(loss, grad_norm, losses, first_iteration):
@@ -252,6 +304,9 @@ class Trainer:
                 continue
             preemption.step_done(time.perf_counter() - step_start)
             self.goodput.step_done(self.iteration)
+            if restart is not None and "caughtUpAt" not in restart and self.iteration > restart["highWater"]:
+                restart["caughtUpAt"] = step_wall  # the step that passed the earlier high-water mark began
+                self._in_process_figures()
             trained_a_step(self.iteration)  # this pod's agent: a failure from now on is not a repeat of the last one
             losses.append(loss)
             window_steps += 1
@@ -354,6 +409,16 @@ class Trainer:
         if self.metrics:
             self.metrics.set(**self.numerics.figures())
 
+    def _in_process_figures(self) -> None:
+        """Rank 0's figures of the last in-process restart, for status.recoveries (level InProcess)."""
+        if self.info.rank == 0 and self.session:
+            parts = self.session.parts()
+            print(f"in-process restart {self.session.restart.get('restarts')}: " +
+                  ", ".join(f"{k} {v:.2f}s" for k, v in parts.items()) + f" (total {sum(parts.values()):.2f}s)",
+                  flush=True)
+        if self.metrics and self.session:
+            self.metrics.set(**self.session.figures())
+
     def _log(self, loss: float, grad_norm, applied: bool, step_s: float, tokens_per_step: int) -> None:
         t = self.cfg.training
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -397,12 +462,41 @@ class Trainer:
 
 
 def train(cfg: TrainConfig, backend: Backend) -> TrainResult:
-    trainer = Trainer(cfg, backend)
-    try:
-        return trainer.run()
-    except BaseException:
-        if trainer.trackers:
-            trainer.trackers.close("FAILED")
-        raise
-    finally:
-        destroy_parallel()
+    """Build and run a trainer; under in-process restarts (``ascend_engine.inprocess``) build and run it again in
+    this process after a failure of any rank, while the job's count allows."""
+    from ..inprocess import session as in_process_session
+
+    session = in_process_session()
+    while True:
+        trainer = None
+        try:
+            trainer = Trainer(cfg, backend, session)
+            result = trainer.run()
+            destroy_parallel()
+            return result
+        except Exception as e:  # noqa: BLE001 - the engine's own refusals are not retried: see _retried
+            if not _retried(session, e):
+                _failed(trainer, session)
+                raise
+        except BaseException:
+            _failed(trainer, session)
+            raise
+        del trainer  # its model, optimizer and groups go before the next one is built
+
+
+def _retried(session, e: Exception) -> bool:
+    """Whether the failure is restarted in process (the process group is torn down then)."""
+    from ..checkpoint.training import CheckpointMismatch
+    from ..data.sources import DataError
+    from .trackers import TrackerError
+
+    if session is None or isinstance(e, (CheckpointMismatch, DataError, TrackerError, NumericFault)):
+        return False
+    return session.recover(e)
+
+
+def _failed(trainer, session) -> None:
+    trackers = trainer.trackers if trainer else (session.kept.get("trackers") if session else None)
+    if trackers:
+        trackers.close("FAILED")
+    destroy_parallel()
