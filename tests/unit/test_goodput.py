@@ -111,3 +111,42 @@ def test_a_recovery_cut_short_by_the_next_failure_ends_at_it_and_is_not_counted_
     assert abs(sum(first["seconds"].values()) - first["totalSeconds"]) < 1e-6
     g = goodput.fold(status, T0 + 90)["goodput"]
     assert g["recoverySeconds"] == 30.0 + 10.0  # the open Replace: from its failure (T0 + 80) to now
+
+
+def test_an_in_process_restart_is_one_recovery_from_rank_0s_marks_and_a_new_attempt_counts_from_zero():
+    """Rank 0 reports the whole in-process restart at its first step after it (every mark but the catch-up), then
+    the catch-up: one InProcess recovery whose parts add up; the survivor's process start is old, so nothing is
+    taken for an in-place restart; the count is the attempt's, so after a gang restart 1 is a new one again."""
+    status = _started(progress={"iteration": 14, "processStartTime": T0 + 1.0},
+                      goodput={"inPlaceRestarts": 0, "inProcessRestarts": 0, "highWaterIteration": 14})
+    marks = {"inProcessRestarts": 1, "inProcessFailedTime": T0 + 50.0, "inProcessDetectedTime": T0 + 50.1,
+             "inProcessStoppedTime": T0 + 50.5, "inProcessRejoinedTime": T0 + 50.6, "inProcessJoinedTime": T0 + 50.8,
+             "inProcessFirstStepTime": T0 + 51.8, "inProcessLoadedIteration": 10,
+             "inProcessHighWaterIteration": 14, "inProcessSpares": 1, "inProcessFromMemory": 1}
+    status = goodput.fold({**status, "progress": {"iteration": 11, "processStartTime": T0 + 1.0, **marks}}, T0 + 52)
+    [entry] = status["recoveries"]
+    assert (entry["level"], entry["reason"], entry["fromIteration"], entry["lostIterations"]) == \
+        ("InProcess", "WorkerFailed", 10, 4)
+    assert entry["seconds"] == {"detection": 0.1, "stopping": 0.4, "podStart": 0.1, "rendezvous": 0.2,
+                                "checkpointLoad": 1.0}
+    assert "1 warm spare(s)" in entry["message"] and "host memory" in entry["message"]
+    assert "totalSeconds" not in entry and status["goodput"]["inProcessRestarts"] == 1
+    status = goodput.fold({**status, "progress": {"iteration": 15, "processStartTime": T0 + 1.0, **marks,
+                                                   "inProcessCaughtUpTime": T0 + 53.0}}, T0 + 54)
+    [entry] = status["recoveries"]
+    assert entry["seconds"]["retrain"] == 1.2 and entry["totalSeconds"] == 3.0
+    assert abs(sum(entry["seconds"].values()) - entry["totalSeconds"]) < 1e-6
+    assert status["goodput"]["recoverySeconds"] == 3.0
+    # read again: still one recovery
+    again = goodput.fold({**status, "progress": {"iteration": 16, **marks, "inProcessCaughtUpTime": T0 + 53.0}},
+                         T0 + 55)
+    assert len(again["recoveries"]) == 1
+    # a gang restart's new attempt reports 0, then its own first in-process restart is new
+    fresh = goodput.fold({**again, "progress": {"iteration": 16, "processStartTime": T0 + 70.0,
+                                                 "inProcessRestarts": 0}}, T0 + 71)
+    assert fresh["goodput"]["inProcessRestarts"] == 0
+    later = {**marks, "inProcessFailedTime": T0 + 80.0, "inProcessDetectedTime": T0 + 80.2,
+             "inProcessStoppedTime": T0 + 80.4, "inProcessRejoinedTime": T0 + 80.5, "inProcessJoinedTime": T0 + 80.6,
+             "inProcessFirstStepTime": T0 + 81.0}
+    after = goodput.fold({**fresh, "progress": {"iteration": 17, "processStartTime": T0 + 70.0, **later}}, T0 + 82)
+    assert [r["level"] for r in after["recoveries"]] == ["InProcess", "InProcess"]

@@ -25,7 +25,13 @@ def test_workers_wait_for_the_master_then_run_torchrun():
     assert command[6:] == [a.replace("is_host=1", "is_host=0") for a in master_command]
     assert {"--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--rdzv-id=j",
             "--rdzv-conf=is_host=1", "--local-addr=$(POD_IP)", "--max-restarts=3"} <= set(master_command)
-    static = render.pod("j", "ns", _spec(runPolicy={"recovery": {"inPlaceRestarts": 0}}), 1)
+    env = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+    assert (env["ASCEND_INPROCESS_RESTARTS"], env["ASCEND_WARM_SPARES"], env["ASCEND_MEMORY_CHECKPOINT"]) == \
+        ("3", "1", "1")  # the in-process level's defaults, read by the launcher
+    # in-process restarts alone still need the c10d rendezvous: its store coordinates the ranks
+    in_process = render.pod("j", "ns", _spec(runPolicy={"recovery": {"inPlaceRestarts": 0}}), 0)
+    assert {"--rdzv-backend=c10d", "--max-restarts=0"} <= set(in_process["spec"]["containers"][0]["command"])
+    static = render.pod("j", "ns", _spec(runPolicy={"recovery": {"inPlaceRestarts": 0, "inProcessRestarts": 0}}), 1)
     assert {"--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)", "--node-rank=$(NODE_RANK)"} <= \
         set(static["spec"]["containers"][0]["command"])
     assert not any(a.startswith("--rdzv") for a in static["spec"]["containers"][0]["command"])

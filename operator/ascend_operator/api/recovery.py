@@ -12,7 +12,7 @@ from .kube import KubeModel
 
 MAX_RECOVERIES = 20  # the newest kept in status; the events keep every one
 
-RecoveryLevel = Literal["InPlace", "Replace", "Resize"]
+RecoveryLevel = Literal["InProcess", "InPlace", "Replace", "Resize"]
 
 
 class RecoveryParts(KubeModel):
@@ -23,12 +23,13 @@ class RecoveryParts(KubeModel):
     stopping: float | None = None
     """Stopping the old workers (in place) or until every old pod was gone (replace, resize)."""
     podStart: float | None = None
-    """Scheduling, image pull and container start of the new pods (replace, resize), or starting the new worker
-    processes (in place), to the engine process's start."""
+    """Scheduling, image pull and container start of the new pods (replace, resize), starting the new worker
+    processes (in place), to the engine process's start; in process, until the last rank (a warm spare for a dead
+    one) began joining the new process group."""
     rendezvous: float | None = None
-    """Importing torch and Megatron-core and joining the process group."""
+    """Importing torch and Megatron-core and joining the process group (in process: joining only)."""
     checkpointLoad: float | None = None
-    """Building the model and loading the last checkpoint, to the first step."""
+    """Building the model and loading the last checkpoint (in process: from host memory), to the first step."""
     retrain: float | None = None
     """Training again the steps between the checkpoint and the highest iteration reached before the failure."""
 
@@ -37,7 +38,8 @@ class Recovery(KubeModel):
     """One recovery: the level of the ladder that handled it and its cost."""
 
     level: RecoveryLevel
-    """InPlace (torchrun restarted the workers; pods kept), Replace (gang restart) or Resize (elastic scale)."""
+    """InProcess (the ranks restarted the training function in their processes, a warm spare for a dead one),
+    InPlace (torchrun restarted the workers; pods kept), Replace (gang restart) or Resize (elastic scale)."""
     reason: str
     """Why: the failure's reason."""
     message: str = ""
@@ -75,6 +77,8 @@ class Goodput(KubeModel):
     """The highest iteration the job has reached."""
     inPlaceRestarts: int | None = None
     """In-place restarts the current pods' torchrun agents have made (rank 0 reports them)."""
+    inProcessRestarts: int | None = None
+    """In-process restarts of the current attempt (rank 0 reports them)."""
     engineStartTime: str | None = None
     """When rank 0's engine process began (RFC 3339): a new one means a restart."""
     productiveBeforeSeconds: float | None = None

@@ -104,16 +104,31 @@ class RunPolicy(KubeModel):
 
 
 class RecoveryPolicy(KubeModel):
-    """The recovery ladder, cheapest level first. In place: a worker process that fails (a crash, a collective
-    that timed out, a killed process) makes torchrun's agents restart every pod's workers, which load the last
-    checkpoint; the pods stay, nothing is scheduled or pulled. When those restarts run out the gang is replaced
-    (runPolicy.backoffLimit), avoiding a node known to be faulty; a node that is lost resizes an elastic job
-    (elasticPolicy). A failure the engine reports as its input's (exit code 2: a bad config, missing data) is not
-    retried in place."""
+    """The recovery ladder, cheapest level first. In process: when a rank raises or its process dies, the other
+    ranks restart the training function in their own processes (imports, tokenizer and data index kept), a warm
+    spare takes a dead process's place, and the last checkpoint comes from host memory. In place: a worker process
+    that fails (a crash, a collective that timed out, a killed process) makes torchrun's agents restart every pod's
+    workers, which load the last checkpoint; the pods stay, nothing is scheduled or pulled. When those restarts run
+    out the gang is replaced (runPolicy.backoffLimit), avoiding a node known to be faulty; a node that is lost
+    resizes an elastic job (elasticPolicy). A failure the engine reports as its input's (exit code 2: a bad config,
+    missing data) is not retried in process or in place."""
 
+    inProcessRestarts: Annotated[int, Field(ge=0, le=100)] = 3
+    """Restarts of the training function in the workers' own processes (one count for the job) before a failure
+    goes to the in-place level; 0 turns the level off. Needs the c10d rendezvous (its store coordinates the
+    ranks), which it renders even when inPlaceRestarts is 0."""
+    warmSpares: Annotated[int, Field(ge=0, le=8)] = 1
+    """Spare processes per pod that have already imported torch and Megatron-core, each taking a dead worker's
+    place in an in-process restart (about 0.5 GiB of host memory each, no device memory; none is started when the
+    pod has less than 2 GiB available). 0: a dead process goes to the in-place level."""
+    stateFromMemory: bool = True
+    """Keep the newest checkpoint's files in host memory, replicated to a peer rank in another pod, and load them
+    from there in an in-process restart instead of from the shared file system (which stays the source of truth
+    for the other levels). Costs one checkpoint shard and one replica of host memory per writing rank."""
     inPlaceRestarts: Annotated[int, Field(ge=0, le=100)] = 3
     """Worker restarts in place (torchrun --max-restarts, with the c10d rendezvous on pod 0's masterPort) before
-    the gang is replaced; 0 turns the level off (a static rendezvous, and a worker's failure is the pod's)."""
+    the gang is replaced; 0 turns the level off (a worker's failure is then the pod's; with inProcessRestarts 0 too
+    the rendezvous is static)."""
 
 
 class TrainRunPolicy(RunPolicy):
@@ -122,5 +137,5 @@ class TrainRunPolicy(RunPolicy):
     stallDetection: StallDetection = StallDetection()
     """Hang detection: a job whose iteration stops advancing is restarted (reason Stalled)."""
     recovery: RecoveryPolicy = RecoveryPolicy()
-    """In-place restarts of the workers before the gang is replaced (engine jobs; a trainer's own command runs
-    as written)."""
+    """In-process and in-place restarts of the workers before the gang is replaced (engine jobs; a trainer's own
+    command runs as written)."""

@@ -2,7 +2,8 @@
 
 A recovery is opened when it begins: by the operator for a gang restart (Replace) or an elastic resize (Resize),
 or, for an in-place restart the operator never sees, when rank 0's figures show the pods' agents restarted the
-workers (InPlace). Its parts fill in as the times become known: the old pods gone (the next attempt's pods are
+workers (InPlace), or that the ranks restarted the training function in their processes (InProcess: rank 0
+reports every mark of it at once, at its first step after the restart, and when it has caught up). Its parts fill in as the times become known: the old pods gone (the next attempt's pods are
 created), the new engine process's start-up marks, and the moment it trained past the earlier high-water
 iteration, which closes it with ``totalSeconds``. ``status.goodput`` puts the job's wall time into productive
 training, recoveries and the rest.
@@ -55,7 +56,8 @@ def begin(status: dict[str, Any], level: str, reason: str, message: str, at: flo
 def old_pods_gone(status: dict[str, Any], at: float) -> dict[str, Any]:
     """The next attempt's pods are being created: the open Replace/Resize recovery's stopping ends."""
     recoveries = [dict(r) for r in status.get("recoveries") or []]
-    if recoveries and recoveries[-1]["level"] != "InPlace" and "stopping" not in recoveries[-1]["seconds"]:
+    if recoveries and recoveries[-1]["level"] not in ("InPlace", "InProcess") and \
+            "stopping" not in recoveries[-1]["seconds"]:
         last = recoveries[-1]
         last["seconds"] = {**last["seconds"], "stopping": round(max(0.0, at - seconds_of(last["time"])), 2)}
         return {**status, "recoveries": recoveries}
@@ -95,6 +97,12 @@ def fold(status: dict[str, Any], at: float) -> dict[str, Any]:
     goodput = dict(out.get("goodput") or {})
     if figures.get("inPlaceRestarts", 0) > goodput.get("inPlaceRestarts", 0) and "failedTime" in figures:
         out = _append(out, _in_place(figures, _high_water(out)))
+    if "inProcessRestarts" in figures:
+        if figures["inProcessRestarts"] > (goodput.get("inProcessRestarts") or 0) and \
+                "inProcessFailedTime" in figures:
+            out = _append(out, _in_process(figures, _high_water(out)))
+        goodput["inProcessRestarts"] = figures["inProcessRestarts"]  # per attempt: a gang restart starts at 0
+        out = _fill_in_process(out, figures)
     if "processStartTime" in figures:
         goodput["inPlaceRestarts"] = figures.get("inPlaceRestarts", 0)
         out = _fill(out, figures)
@@ -113,10 +121,57 @@ def _in_place(figures: dict[str, Any], high_water: int) -> dict[str, Any]:
             "highWaterIteration": high_water}
 
 
+_IN_PROCESS_MARKS = (("detection", "inProcessFailedTime", "inProcessDetectedTime"),
+                     ("stopping", "inProcessDetectedTime", "inProcessStoppedTime"),
+                     ("podStart", "inProcessStoppedTime", "inProcessRejoinedTime"),
+                     ("rendezvous", "inProcessRejoinedTime", "inProcessJoinedTime"),
+                     ("checkpointLoad", "inProcessJoinedTime", "inProcessFirstStepTime"),
+                     ("retrain", "inProcessFirstStepTime", "inProcessCaughtUpTime"))
+
+
+def _in_process(figures: dict[str, Any], high_water: int) -> dict[str, Any]:
+    """An in-process restart, from rank 0's marks of it (``ascend_engine.inprocess``)."""
+    failed = figures["inProcessFailedTime"]
+    detected = figures.get("inProcessDetectedTime", failed)
+    spares = int(figures.get("inProcessSpares") or 0)
+    source = "host memory" if figures.get("inProcessFromMemory") else "the shared checkpoint"
+    replaced = f"{spares} warm spare(s) took a dead process's place and " if spares else ""
+    entry = {"level": "InProcess", "reason": "WorkerFailed", "time": stamp(detected), "seconds": {},
+             "message": f"{replaced}the ranks restarted the training function in their own processes; the "
+                        f"checkpoint came from {source}; no pod or process was started",
+             "highWaterIteration": int(figures.get("inProcessHighWaterIteration", high_water))}
+    return _in_process_parts(entry, figures)
+
+
+def _in_process_parts(entry: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    parts = dict(entry["seconds"])
+    for part, begin, end in _IN_PROCESS_MARKS:
+        if figures.get(begin) is not None and figures.get(end) is not None:
+            parts[part] = round(max(0.0, figures[end] - figures[begin]), 2)
+    entry = {**entry, "seconds": parts}
+    if "inProcessLoadedIteration" in figures:
+        entry["fromIteration"] = int(figures["inProcessLoadedIteration"])
+        entry["lostIterations"] = max(0, entry["highWaterIteration"] - entry["fromIteration"])
+    if "retrain" in parts:
+        entry["totalSeconds"] = round(sum(parts.values()), 2)
+    return entry
+
+
+def _fill_in_process(status: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """The open in-process recovery's parts as rank 0's marks of the same restart come in (its catching up)."""
+    recoveries = [dict(r) for r in status.get("recoveries") or []]
+    if not recoveries or recoveries[-1]["level"] != "InProcess" or recoveries[-1].get("totalSeconds") is not None \
+            or figures.get("inProcessFailedTime") is None or \
+            abs(_failed_at(recoveries[-1]) - figures["inProcessFailedTime"]) > 0.05:
+        return status
+    recoveries[-1] = _in_process_parts(recoveries[-1], figures)
+    return {**status, "recoveries": recoveries}
+
+
 def _fill(status: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
     """The newest open recovery's start-up and catch-up parts, once a process that began after it reports."""
     recoveries = [dict(r) for r in status.get("recoveries") or []]
-    if not recoveries or recoveries[-1].get("totalSeconds") is not None:
+    if not recoveries or recoveries[-1].get("totalSeconds") is not None or recoveries[-1]["level"] == "InProcess":
         return status
     last = recoveries[-1]
     parts = dict(last["seconds"])

@@ -73,6 +73,11 @@ def torchrun_env(name: str, namespace: str, spec: AscendTrainJobSpec, index: int
     # On SIGTERM torchrun forwards it to the workers and waits this long before SIGKILL: the engine's time to
     # finish its step and save (train/preemption.py), bounded by the pod's grace period.
     env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(spec.terminationGracePeriodSeconds - 15)
+    if spec.train and not spec.trainer:  # the in-process level (ascend_engine.inprocess), read by the launcher
+        recovery = spec.runPolicy.recovery
+        env["ASCEND_INPROCESS_RESTARTS"] = str(recovery.inProcessRestarts)
+        env["ASCEND_WARM_SPARES"] = str(recovery.warmSpares)
+        env["ASCEND_MEMORY_CHECKPOINT"] = "1" if recovery.stateFromMemory else "0"
     if spec.devices.is_ascend():
         env["HCCL_CONNECT_TIMEOUT"] = str(spec.hccl.connectTimeout)
         if spec.hccl.ifBasePort is not None:
@@ -91,9 +96,11 @@ def train_launcher(name: str, spec: AscendTrainJobSpec, index: int) -> list[str]
     """torchrun for training. With in-place restarts (runPolicy.recovery.inPlaceRestarts) the agents meet in a
     c10d rendezvous that pod 0 hosts on masterPort, named after the job, so a failed worker is restarted in
     every pod without the pods being replaced; the engine renumbers the ranks by pod index
-    (``ascend_engine.inplace``). Each pod's agent hosts nothing else than pod 0's store on its own address."""
-    restarts = spec.runPolicy.recovery.inPlaceRestarts
-    if not restarts:
+    (``ascend_engine.inplace``). Each pod's agent hosts nothing else than pod 0's store on its own address. In-process
+    restarts (``ascend_engine.inprocess``) need that rendezvous too: its store coordinates the ranks."""
+    recovery = spec.runPolicy.recovery
+    restarts = recovery.inPlaceRestarts
+    if not restarts and not recovery.inProcessRestarts:
         return list(LAUNCHER)
     return [*LAUNCHER[:3], "--nnodes=$(NNODES)", "--nproc-per-node=$(NPROC_PER_NODE)",
             "--rdzv-backend=c10d", "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", f"--rdzv-id={name}",
