@@ -116,7 +116,8 @@ def _job_seen(job: JobKind, type: str | None, obj: dict[str, Any]) -> None:
         return
     JOBS.observe(key, obj)
     status = obj.get("status") or {}
-    if status.get("phase") in TERMINAL and type is not None:
-        return
+    if status.get("phase") in TERMINAL and type is not None and \
+            obj["metadata"].get("generation") == status.get("observedGeneration"):
+        return  # a finished job's own status writes; a runPolicy change (its TTL) is taken and recorded
     if type in (None, "ADDED") or obj["metadata"].get("generation") != status.get("observedGeneration"):
         lifecycle.QUEUE.add(key)
