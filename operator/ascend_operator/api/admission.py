@@ -69,3 +69,12 @@ def name_schema() -> dict[str, Any]:
     the CRD's 10^8 budget)."""
     return {"type": "object", "properties": {"name": {"type": "string", "maxLength": MAX_NAME},
                                              "generateName": {"type": "string", "maxLength": MAX_NAME}}}
+
+
+def match_constraints(resource_rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy's ``matchConstraints`` with the fields kube-apiserver defaults written out
+    (``matchPolicy``, the two selectors, each rule's ``scope``). The struct is atomic for server-side apply: a
+    manifest without them differs from the stored, defaulted object as a whole, so `kubectl apply --server-side`
+    of our own file conflicted with the field manager that had installed it (the local cluster's, the chart's)."""
+    return {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+            "resourceRules": [{**rule, "scope": rule.get("scope", "*")} for rule in resource_rules]}

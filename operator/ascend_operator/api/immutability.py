@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .admission import match_constraints
+
 ADMISSION = "admissionregistration.k8s.io/v1"
 POLICY_PREFIX = "ascend-train-immutable-spec"
 MUTABLE = ("runPolicy",)
@@ -49,8 +51,8 @@ def policy(kind: str, plural: str, spec_model: type[BaseModel]) -> list[dict[str
         "apiVersion": ADMISSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{  # the resource alone: its status subresource is not matched
-                "apiGroups": [API_GROUP], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": [plural]}]},
+            "matchConstraints": match_constraints([{  # the resource alone: its status subresource is not matched
+                "apiGroups": [API_GROUP], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": [plural]}]),
             "variables": [{"name": "changed", "expression": changed}],
             "validations": [{"expression": "size(variables.changed) == 0",
                              "messageExpression": f"variables.changed.map(f, f + ': Forbidden: {MESSAGE}').join('; ')",

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .admission import match_constraints
 from .crdgen import openapi_schema
 from .group import API_GROUP, API_VERSION, CHECKPOINT_CONVERT, DATASET_PREP, RUNTIME_KINDS, TRAIN_JOB, Kind
 from .runtime import RUNTIME_FIELDS, SINGLE_POD_FIELDS
@@ -89,9 +90,9 @@ def _policy(name: str, kinds: tuple[Kind, ...], fields: tuple[str, ...], spec_sc
         "spec": {
             "failurePolicy": "Ignore",
             "paramKind": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": runtime.kind},
-            "matchConstraints": {"resourceRules": [{
+            "matchConstraints": match_constraints([{
                 "apiGroups": [API_GROUP], "apiVersions": [API_VERSION], "operations": ["CREATE"],
-                "resources": [k.plural for k in kinds]}]},
+                "resources": [k.plural for k in kinds]}]),
             "variables": [
                 {"name": "named", "expression": "has(object.spec.runtimeRef) && object.spec.runtimeRef.name == "
                                                 f"params.metadata.name && {named_kind}"},
