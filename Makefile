@@ -42,8 +42,8 @@ controlplane: venv
 # The tools users reach the operator with, run for real by tests/e2e/test_helm_gitops.py (docs/gitops.md): helm,
 # Flux's source-controller and kustomize-controller, and gitopscheck (kstatus; Argo CD's Lua health check), built
 # from controlplane/helm, controlplane/flux and controlplane/gitopscheck into the same cache, once per machine
-# (about 6 minutes for helm and 18 for Flux's controllers on 2 cores, the module download included); helm is linked
-# into .venv/bin.
+# (about 6 minutes for helm and 18 for Flux's controllers on 2 cores, the module download included); helm and
+# gitopscheck are linked into .venv/bin.
 gitops-tools: controlplane
 	@$(BIN)/python -m ascend_cluster.build --gitops --link $(BIN)
 

@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m ascend_cluster.build [--link DIR]``: build (or find) every binary; ``--link`` puts a link to
     kubectl in DIR (a virtual environment's bin, so the kubectl of the control plane's release comes first)."""
     parser = argparse.ArgumentParser(prog="python -m ascend_cluster.build", description=main.__doc__)
-    parser.add_argument("--link", type=Path, help="link kubectl (and helm, with --gitops) into this folder")
+    parser.add_argument("--link", type=Path,
+                        help="link kubectl (and helm and gitopscheck, with --gitops) into this folder")
     parser.add_argument("--gitops", action="store_true",
                         help="also helm, Flux's source-controller and kustomize-controller, and gitopscheck")
     args = parser.parse_args(argv)
@@ -196,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(folders[0] / "kubectl")
-        if args.gitops:
-            link = args.link / "helm"
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(folders[2] / "helm")
+        if args.gitops:  # helm and gitopscheck (docs/gitops.md) on the virtual environment's PATH too
+            for name, folder in (("helm", folders[2]), ("gitopscheck", folders[4])):
+                link = args.link / name
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                link.symlink_to(folder / name)
     print(f"control plane binaries: {', '.join(str(f) for f in folders)}")
     return 0
 
