@@ -240,7 +240,7 @@ class Session:
             why = (f"in-process restarts used up ({self.limit})" if decision else "no decision in the store")
             _say(f"not restarting in process ({why}): {line}")
             return False
-        gc.collect()
+        gc.collect()  # the old trainer's cycles (the long-lived objects are frozen: see ``train.loop.train``)
         self.generation = int(decision["generation"])
         self.restart = {**decision, "stoppedAt": time.time()}
         _say(f"in-process restart {decision['restarts']}/{self.limit}: {describe(decision)}; rank "

@@ -1,8 +1,8 @@
 """A training worker for the in-process restart tests: ``ascend-engine train`` itself (the real engine, launcher,
 spare and store), with one addition for the test to aim a fault: before each step it writes ``D/at-<rank>``
-(its pid and the iteration it is about to train); when ``D/raise`` names this rank and that iteration it raises
-there, once (the file is removed), as a rank whose step failed would; and while ``D/hold`` names them it waits
-there (so the test can kill it at a known step once its pod's warm spare is ready).
+(its pid and the iteration it is about to train); while ``D/hold`` names this rank and that iteration it waits
+there (so a test can kill it at a known step once its pod's warm spare is ready); then, when ``D/raise`` names
+them, it raises there, once (the file is removed), as a rank whose step failed would.
 
     python -m ascend_engine.launcher ... inprocess_worker.py D train --config job.yaml
 """
@@ -26,13 +26,13 @@ def main() -> None:
         tmp = folder / f".at-{rank}"
         tmp.write_text(json.dumps({"pid": os.getpid(), "iteration": upcoming}))
         tmp.rename(folder / f"at-{rank}")
+        hold = folder / "hold"
+        while hold.exists() and json.loads(hold.read_text()) == [rank, upcoming]:
+            time.sleep(0.05)
         plan = folder / "raise"
         if plan.exists() and json.loads(plan.read_text()) == [rank, upcoming]:
             plan.unlink()
             raise RuntimeError(f"injected fault at iteration {upcoming}")
-        hold = folder / "hold"
-        while hold.exists() and json.loads(hold.read_text()) == [rank, upcoming]:
-            time.sleep(0.05)
         return original(self)
 
     loop.Trainer.train_step = train_step

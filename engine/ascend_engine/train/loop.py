@@ -467,6 +467,10 @@ def train(cfg: TrainConfig, backend: Backend) -> TrainResult:
     from ..inprocess import session as in_process_session
 
     session = in_process_session()
+    if session is not None:
+        import gc
+
+        gc.freeze()  # imports and config: a restart's collection of the old trainer then walks only its objects
     while True:
         trainer = None
         try:

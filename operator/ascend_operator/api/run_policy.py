@@ -119,8 +119,8 @@ class RecoveryPolicy(KubeModel):
     ranks), which it renders even when inPlaceRestarts is 0."""
     warmSpares: Annotated[int, Field(ge=0, le=8)] = 1
     """Spare processes per pod that have already imported torch and Megatron-core, each taking a dead worker's
-    place in an in-process restart (about 0.5 GiB of host memory each, no device memory; none is started when the
-    pod has less than 2 GiB available). 0: a dead process goes to the in-place level."""
+    place in an in-process restart (about 0.9 GiB of host memory each on CPU, no device memory; none is started
+    when the pod has less than 2 GiB available). 0: a dead process goes to the in-place level."""
     stateFromMemory: bool = True
     """Keep the newest checkpoint's files in host memory, replicated to a peer rank in another pod, and load them
     from there in an in-process restart instead of from the shared file system (which stays the source of truth

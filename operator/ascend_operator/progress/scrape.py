@@ -11,7 +11,8 @@ from ascend_engine.telemetry import EVENTS_PATH, GOODPUT_METRICS, METRIC_NAMES, 
 
 _INTEGER_FIELDS = {"iteration", "trainIters", "lastCheckpointIteration", "numericRollbacks", "skippedSamples",
                    "skippedWindowIteration", "skippedWindowFirstSample", "skippedWindowEndSample",
-                   "loadedIteration", "priorHighWaterIteration", "inPlaceRestarts"}
+                   "loadedIteration", "priorHighWaterIteration", "inPlaceRestarts", "inProcessRestarts",
+                   "inProcessLoadedIteration", "inProcessHighWaterIteration", "inProcessSpares"}
 _BOOLEAN_FIELDS = {"savingCheckpoint"}
 _EXACT_FIELDS = set(GOODPUT_METRICS.values())  # unix times and seconds: rounded to 10 ms, not to 5 digits
 SIGNIFICANT_DIGITS = 5  # status is for people and `kubectl get`: 2.3026, 0.0003, 1234.5, not 2.302585092994046

@@ -101,7 +101,7 @@ def fold(status: dict[str, Any], at: float) -> dict[str, Any]:
         if figures["inProcessRestarts"] > (goodput.get("inProcessRestarts") or 0) and \
                 "inProcessFailedTime" in figures:
             out = _append(out, _in_process(figures, _high_water(out)))
-        goodput["inProcessRestarts"] = figures["inProcessRestarts"]  # per attempt: a gang restart starts at 0
+        goodput["inProcessRestarts"] = int(figures["inProcessRestarts"])  # per attempt: a gang restart starts at 0
         out = _fill_in_process(out, figures)
     if "processStartTime" in figures:
         goodput["inPlaceRestarts"] = figures.get("inPlaceRestarts", 0)
