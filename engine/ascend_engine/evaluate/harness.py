@@ -192,6 +192,20 @@ class AscendLM(TemplateLM):
                 "data_parallel": self.info.dp, "max_length": self.max_length}
 
 
+def logged_sample(sample: dict) -> dict:
+    """One document's record as lm-eval's own ``--log_samples`` writes it (``EvaluationTracker.
+    save_results_samples``), so tools that read lm-eval's samples files (``datasets.load_dataset("json", ...)``,
+    lm-eval's own loaders, a comparison with an ``lm_eval --log_samples`` run) read ours: ``arguments`` as
+    ``{"gen_args_<i>": {"arg_<j>": ...}}`` instead of lists of tuples, every response and filtered response as a
+    string (a log-likelihood ``"-3.25"``, is_greedy ``"True"``), ``target`` as a string."""
+    from lm_eval.utils import sanitize_list
+
+    arguments = {f"gen_args_{i}": {f"arg_{j}": value for j, value in enumerate(arg)}
+                 for i, arg in enumerate(sample["arguments"])}
+    return {**sample, "arguments": arguments, "resps": sanitize_list(sample["resps"]),
+            "filtered_resps": sanitize_list(sample["filtered_resps"]), "target": str(sample["target"])}
+
+
 def run(cfg, manager, model, tokenizer, info) -> dict | None:
     """lm-eval's ``simple_evaluate`` of ``cfg``'s tasks with ``AscendLM``; on global rank 0 the results are
     written in lm-eval's format (``resultsPath``; each task's samples beside it as
@@ -225,7 +239,7 @@ def run(cfg, manager, model, tokenizer, info) -> dict | None:
     for task, docs in samples.items():
         with open(target.with_name(f"{target.stem}_samples_{task}.jsonl"), "w", encoding="utf-8") as f:
             for doc in docs:
-                f.write(json.dumps(doc, default=handle_non_serializable, ensure_ascii=False) + "\n")
+                f.write(json.dumps(logged_sample(doc), default=handle_non_serializable, ensure_ascii=False) + "\n")
     print(f"[evaluate] lm-eval results written to {target}", file=sys.stderr, flush=True)
     summary = lm_eval_summary(results, cfg.lm_eval_tasks, cfg.load, seconds)
     report_to_termination_message(summary)
