@@ -14,6 +14,12 @@ process of their own, as a real server's users are). Prints p50/p95 of apply -> 
 time until every job has a status (reconciled), the operator's resident memory (now and peak), and the CPU of the
 operator, kube-apiserver, etcd and the clients a job.
 
+``versus`` mode (default N = 100 and 500, ``--rounds`` 3): N two-pod AscendTrainJobs and N Indexed batch Jobs
+(two pods each, the same image and requests) applied to one control plane in alternating rounds, A B A B ...: apply
+-> both pods, kube-apiserver's, etcd's and the controller's CPU a job (the operator; kube-controller-manager for
+the Jobs) and the controller's requests a job (the audit log records the Job controller's ServiceAccount too);
+``--profile DIR`` keeps kube-apiserver's CPU profile of the first round of each kind and prints its top.
+
 ``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in three phases:
 
 - create: apply -> N pods created, and the operator quiet;
@@ -31,6 +37,7 @@ on pods, never by listing them.
 
     .venv/bin/python benchmarks/operator_scale.py jobs [N ...]
     .venv/bin/python benchmarks/operator_scale.py large [NODES ...]
+    .venv/bin/python benchmarks/operator_scale.py versus [N ...] [--rounds 3] [--profile DIR]
 """
 from __future__ import annotations
 
@@ -363,14 +370,17 @@ class Phase:
     def __init__(self, op: Operator, name: str) -> None:
         self.op, self.name = op, name
         self.cpu0, self.verbs0, self.start = op.cpu_s(), op.counting.snapshot(), time.monotonic()
+        self.server0 = op.component_cpu_s("kube-apiserver")
 
     def report(self, quiet_s: float, extra: str = "") -> None:
         verbs = self.op.counting.snapshot()
         verbs.subtract(self.verbs0)
         requests = " ".join(f"{v}={n}" for v, n in sorted(verbs.items()) if n)
         _, peak = self.op.rss_mib()
-        print(f"  {self.name:<13} operator CPU {self.op.cpu_s() - self.cpu0:6.2f} s   quiet after {quiet_s:6.2f} s   "
-              f"peak RSS {peak:4.0f} MiB   requests {requests}{extra}", flush=True)
+        server = self.op.component_cpu_s("kube-apiserver") - self.server0
+        print(f"  {self.name:<13} operator CPU {self.op.cpu_s() - self.cpu0:6.2f} s   kube-apiserver CPU "
+              f"{server:6.2f} s   quiet after {quiet_s:6.2f} s   peak RSS {peak:4.0f} MiB   requests {requests}{extra}",
+              flush=True)
 
 
 def _done(response) -> None:
