@@ -154,6 +154,24 @@ def trained_a_step(iteration: int) -> None:
         pass
 
 
+CHECKPOINTED_FILE = "checkpointed.json"  # beside the record: the job has promoted a checkpoint (warm spares start)
+
+
+def checkpointed(iteration: int) -> None:
+    """Tell this pod's agent that a checkpoint was promoted: its warm spares start then (``ascend_engine.spare``).
+    Before a job's first checkpoint a restart at any level starts from scratch, and a job that never saves one
+    (a short run, a test) pays no spare's imports or memory."""
+    path = os.environ.get(RECORD_ENV)
+    if not path:
+        return
+    marker = os.path.join(os.path.dirname(path), CHECKPOINTED_FILE)
+    if not os.path.exists(marker):
+        try:
+            _write(marker, {"iteration": iteration, "at": time.time()})
+        except OSError:
+            pass
+
+
 def _failure(f) -> dict[str, Any]:
     """One worker failure as the record keeps it, from torchrun's ``ProcessFailure``: the error line is the one
     the worker wrote to its error file (None when it wrote none: killed by a signal, or it died before it could)."""
@@ -225,6 +243,7 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the workers are gone by the launcher's exit
     path = os.path.join(folder, "record.json")
     trained_path = os.path.join(folder, TRAINED_FILE)
+    checkpointed_path = os.path.join(folder, CHECKPOINTED_FILE)
     os.environ[RECORD_ENV] = path
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # a fresh store per round: see worker_store
     record: dict[str, Any] = {"restarts": 0, "maxRestarts": max_restarts, "last": None, "exhausted": False,
@@ -300,8 +319,8 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
         result = monitor(agent, worker_group)
         if result.state not in {WorkerState.UNHEALTHY, WorkerState.FAILED}:
             alive["at"] = time.time()
-            if spares is not None and not spares.started and os.path.exists(trained_path):
-                spares.start(worker_group.spec.entrypoint, list(agent._pcontext.args[0]))  # after the first step
+            if spares is not None and not spares.started and os.path.exists(checkpointed_path):
+                spares.start(worker_group.spec.entrypoint, list(agent._pcontext.args[0]))  # after a checkpoint
             return result
         failures = [_failure(f) for f in result.failures.values()]
         k = record["restarts"]  # the job's count when this round began

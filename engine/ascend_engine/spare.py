@@ -9,7 +9,8 @@ ends it.
 
 What it costs is its resident memory (measured by ``benchmarks/recovery.py``: torch and Megatron-core imported,
 no model, no device memory; about 0.9 GiB on CPU here) and, once, the CPU time of those imports, which it spends
-after the workers' first step so the job's start-up does not wait for it.
+after the job's first promoted checkpoint (``inplace.checkpointed``): the job's start-up does not wait for it, a
+restart before any checkpoint starts from scratch anyway, and a job that never saves one pays nothing.
 """
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def available_mib() -> float | None:
 
 
 class WarmSpares:
-    """The launcher's side: up to ``count`` spares for this pod, started once the workers have trained a step,
+    """The launcher's side: up to ``count`` spares for this pod, started once the job has promoted a checkpoint,
     and started again after one is taken."""
 
     def __init__(self, count: int, folder: str) -> None:

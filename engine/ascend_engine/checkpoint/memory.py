@@ -14,8 +14,8 @@ the memory is only ever a copy of its newest iteration, and a gang restart or a 
 
 What it costs: the host memory of one checkpoint shard per writing rank and one replica (the model, the
 optimizer's state and the distributed optimizer's shards of one model-parallel rank), and at each promotion one
-send of that shard to the peer over the training's process group (gloo on the host here; on NPUs and GPUs the
-same bytes over HCCL/NCCL's host-side path would need a device round trip, so it goes over a gloo group).
+send of that shard to the peer over the training's process group when it is gloo (CPU), else over a gloo group of
+the world made for it (NCCL and HCCL move device tensors only).
 """
 from __future__ import annotations
 
@@ -26,19 +26,21 @@ from typing import Any
 import torch
 
 
-def _send_recv(sends: dict[int, bytes], recvs: set[int]) -> dict[int, bytes]:
+def _send_recv(sends: dict[int, bytes], recvs: set[int], group=None) -> dict[int, bytes]:
     """Point-to-point: ``sends`` {peer: bytes} out, a payload in from each rank in ``recvs`` (collective over
     the ranks named). Sizes first, then the bytes, all posted before any wait (gloo's sends block otherwise)."""
     import torch.distributed as dist
 
     sizes_out = {p: torch.tensor([len(b)], dtype=torch.int64) for p, b in sends.items()}
     sizes_in = {p: torch.zeros(1, dtype=torch.int64) for p in recvs}
-    work = [dist.isend(t, p) for p, t in sizes_out.items()] + [dist.irecv(t, p) for p, t in sizes_in.items()]
+    work = [dist.isend(t, p, group=group) for p, t in sizes_out.items()] + \
+        [dist.irecv(t, p, group=group) for p, t in sizes_in.items()]
     for w in work:
         w.wait()
     data_out = {p: torch.frombuffer(bytearray(b), dtype=torch.uint8) for p, b in sends.items() if len(b)}
     data_in = {p: torch.empty(int(t.item()), dtype=torch.uint8) for p, t in sizes_in.items() if int(t.item())}
-    work = [dist.isend(t, p) for p, t in data_out.items()] + [dist.irecv(t, p) for p, t in data_in.items()]
+    work = [dist.isend(t, p, group=group) for p, t in data_out.items()] + \
+        [dist.irecv(t, p, group=group) for p, t in data_in.items()]
     for w in work:
         w.wait()
     return {p: t.numpy().tobytes() for p, t in data_in.items()}
@@ -57,6 +59,14 @@ class MemoryCheckpoint:
         self.iteration: int | None = None
         self.held: dict[str, dict[str, bytes]] = {}
         self._pending: tuple[int, str, dict[str, Any]] | None = None
+        self.group = None  # the host-side group the bytes travel over (None: the world's, when it is gloo)
+
+    def join(self) -> None:
+        """Collective, once the process group has formed: NCCL and HCCL move device tensors only, so with them the
+        bytes travel over a gloo group of the world, made here."""
+        import torch.distributed as dist
+
+        self.group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
 
     @property
     def nbytes(self) -> int:
@@ -79,7 +89,7 @@ class MemoryCheckpoint:
         if world > 1 and dist.is_initialized():
             peer, source = peer_of(rank, world, local_world), None
             source = next(r for r in range(world) if peer_of(r, world, local_world) == rank)
-            received = _send_recv({peer: pickle.dumps(own) if own else b""}, {source})
+            received = _send_recv({peer: pickle.dumps(own) if own else b""}, {source}, self.group)
             replica = pickle.loads(received[source]) if received.get(source) else {}
         self.held = {**replica, **own}
         self.iteration = iteration
@@ -91,7 +101,7 @@ class MemoryCheckpoint:
 
         world, rank = dist.get_world_size(), dist.get_rank()
         everyone: list[Any] = [None] * world
-        dist.all_gather_object(everyone, (self.iteration, sorted(self.held), rank_dir))
+        dist.all_gather_object(everyone, (self.iteration, sorted(self.held), rank_dir), group=self.group)
         iterations = {it for it, dirs, _ in everyone if it is not None and dirs}
         if len(iterations) != 1:
             return None
@@ -113,7 +123,7 @@ class MemoryCheckpoint:
                 sends[r] = pickle.dumps(self.held[d])
             if r == rank:
                 recvs.add(src)
-        received = _send_recv(sends, recvs) if sends or recvs else {}
+        received = _send_recv(sends, recvs, self.group) if sends or recvs else {}
         files = self.held.get(rank_dir) or (pickle.loads(next(iter(received.values()))) if received else None)
         if files is None:
             raise RuntimeError(f"memory checkpoint: no files for {rank_dir}")

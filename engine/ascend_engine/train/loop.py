@@ -8,7 +8,7 @@ import torch
 
 from ..config.train import TrainConfig
 from ..device import Backend, all_reduce_host
-from ..inplace import trained_a_step
+from ..inplace import checkpointed, trained_a_step
 from ..models.wrappers import unwrap
 from ..parallel import ParallelInfo, destroy_parallel, init_parallel
 from ..telemetry import Metrics, Progress, emit_event, preference_fields, say, started_up
@@ -61,6 +61,8 @@ class Trainer:
                                                 t.seed, p.expertModelParallelSize, cfg.virtual_pipeline_size,
                                                 store=session.pg_store() if session else None)
         if session:
+            if session.memory_enabled:
+                session.memory.join()  # its sockets too are the groups' (aborted with them)
             session.formed(before)
         restart = session.restart if session else None
         if restart is not None:
@@ -263,6 +265,7 @@ class Trainer:
         pending, self.pending_save = self.pending_save, None
         pending.finish()
         self.last_checkpoint = pending.iteration
+        checkpointed(pending.iteration)  # this pod's agent starts its warm spares once there is one
         if self.session and self.session.memory_enabled:  # the promoted checkpoint, in memory here and at a peer
             import os
 
