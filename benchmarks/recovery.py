@@ -20,7 +20,9 @@ until rank 0 logged a step again, read from its log. Printed as the median of th
 
 Then ``--steady`` runs (3 each) of 60 uninterrupted steps with the in-process level on (a warm spare per pod,
 ready before the timed steps; every checkpoint kept in memory and replicated) and off, interleaved: the median
-step time of each run (from the step lines) and the ratio. And the warm spare's resident memory beside a worker's.
+wall time of a step (rank 0's step lines) and the CPU time a step of both workers (``/proc``, steps 11-70: less
+moved by other work on a shared machine), each with the ratio; and what keeping and replicating a checkpoint
+took. And the warm spare's resident memory beside a worker's.
 
     .venv/bin/python benchmarks/recovery.py [--rounds 3] [--steady 3]
 """
@@ -180,7 +182,14 @@ def recovery(kind: str) -> dict:
     return out
 
 
-def steady(in_process: bool) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def steady(in_process: bool) -> tuple[float, float, float | None]:
     """Median ms/step of an uninterrupted run, steps 12-71. Rank 1 waits before its step 11 until pod 1's warm spare
     is ready (with the level on; the same wait point with it off), so what is timed is the level's steady cost:
     an idle spare, and each checkpoint kept and replicated at its promotion. The spare's imports, once, are not in
@@ -190,12 +199,17 @@ def steady(in_process: bool) -> float:
     if in_process:
         run.wait(lambda: "[spare] warm spare" in log(run.folder, 1))
     run.wait(lambda: at(run.folder, 1).get("iteration") == 11)
+    pids = [at(run.folder, rank)["pid"] for rank in (0, 1)]
+    began = sum(cpu_seconds(pid) for pid in pids)
     (run.folder / "hold").unlink()
+    run.wait(lambda: min(at(run.folder, rank).get("iteration", 0) for rank in (0, 1)) >= 71)  # steps 11-70 done
+    used = sum(cpu_seconds(pid) for pid in pids) - began
     run.finish()
     steps = [float(ms) for it, ms, _ in STEP.findall(log(run.folder, 0)) if int(it) > 11]
     if [p.returncode for p in run.procs] != [0, 0] or len(steps) < 50:
         raise SystemExit(f"steady run failed: {run.folder}")
-    return statistics.median(steps)
+    kept = re.search(r"median ([\d.]+) ms a promotion", log(run.folder, 0))
+    return statistics.median(steps), 1000 * used / 60, float(kept[1]) if kept else None
 
 
 def spread(values: list[float]) -> str:
@@ -233,9 +247,13 @@ def main() -> None:
         for r in range(args.steady):
             for level in ((True, False) if r % 2 == 0 else (False, True)):
                 (on if level else off).append(steady(level))
-        ratios = [a / b for a, b in zip(on, off)]
-        print(f"uninterrupted step, ms: in-process level on {spread(on)}, off {spread(off)}; ratio on/off "
-              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+                print(f"steady {r + 1} level {'on' if level else 'off'}: {(on if level else off)[-1]}", flush=True)
+        for i, what in ((0, "wall ms a step (rank 0's step lines)"), (1, "CPU ms a step (both workers, steps 11-70)")):
+            a, b = [x[i] for x in on], [x[i] for x in off]
+            ratios = [x / y for x, y in zip(a, b)]
+            print(f"uninterrupted, {what}: in-process level on {spread(a)}, off {spread(b)}; ratio on/off "
+                  f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+        print(f"keeping and replicating each promoted checkpoint (every 5 steps): {spread([x[2] for x in on])} ms")
 
 
 if __name__ == "__main__":

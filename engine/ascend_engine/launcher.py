@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ[ENV_ENDPOINT] = endpoint
     max_restarts = _max_restarts(argv)
     if max_restarts or os.environ.get(ENV_ENDPOINT):
-        from .inplace import watch_agent
+        from .agent_watch import watch_agent
 
         record = watch_agent(max_restarts)
     say("torchrun", "starting the workers", started)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         torchrun_main(argv)
     except BaseException:
-        from .inplace import exhausted_report
+        from .agent_watch import exhausted_report
 
         if record is not None and (report := exhausted_report(record)):
             report_result(report)

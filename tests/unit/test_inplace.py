@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from ascend_engine import inplace
+from ascend_engine import agent_watch, inplace
 from ascend_operator.api.run_policy import RunPolicy
 from ascend_operator.lifecycle.status import _failure
 
@@ -22,12 +22,12 @@ def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang(mo
     monkeypatch.setenv("NODE_RANK", "1")
     record = {"restarts": 3, "maxRestarts": 3, "exhausted": True,
               "last": {"failures": [{"localRank": 0, "exitCode": -9, "signal": "SIGKILL", "failedAt": 1.0}]}}
-    report = inplace.exhausted_report(record)
+    report = agent_watch.exhausted_report(record)
     assert report == {"status": "Failed", "reason": "InPlaceRecoveryExhausted", "permanent": False,
                       "message": "local rank 0 killed by SIGKILL after 3 in-place restart(s) "
                                  "(runPolicy.recovery.inPlaceRestarts 3)",
                       "exitCode": -9, "inPlaceRestarts": 3, "podIndex": 1}
-    assert inplace.exhausted_report({**record, "exhausted": False}) is None  # a deliberate failure's report stands
+    assert agent_watch.exhausted_report({**record, "exhausted": False}) is None  # a deliberate failure's report stands
     pod = {"metadata": {"name": "j-1-0"}, "status": {"containerStatuses": [{"state": {"terminated": {
         "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}
     retryable, reason, message = _failure(pod, RunPolicy())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from ascend_engine import inplace, telemetry
+from ascend_engine import agent_watch, inplace, telemetry
 
 LINE = "AssertionError: First dimension of the tensor should be divisible by tensor parallel size"
 
@@ -34,14 +34,14 @@ def test_a_failure_report_reaches_the_agent_through_torchruns_error_file(tmp_pat
         telemetry.report_failure(type(e).__name__, f"{type(e).__name__}: {e}")  # what cli.main does
     failure = ProcessFailure(local_rank=1, pid=123, exitcode=1, error_file=str(error_file))
     assert failure.message["message"] == LINE and "Traceback" in failure.message["extraInfo"]["py_callstack"]
-    assert inplace._failure(failure) == {"localRank": 1, "exitCode": 1, "failedAt": float(failure.timestamp),
+    assert agent_watch._failure(failure) == {"localRank": 1, "exitCode": 1, "failedAt": float(failure.timestamp),
                                          "signal": None, "error": LINE}
     assert not (tmp_path / "termination-log").exists()
 
     killed = ProcessFailure(local_rank=0, pid=124, exitcode=-9, error_file=str(tmp_path / "none.json"))
-    assert inplace._failure(killed)["error"] is None and inplace._failure(killed)["signal"] == "SIGKILL"
-    assert inplace.describe(inplace._failure(killed)) == "local rank 0 killed by SIGKILL"
-    assert inplace.describe(inplace._failure(failure)) == f"{LINE} (local rank 1, exit code 1)"
+    assert agent_watch._failure(killed)["error"] is None and agent_watch._failure(killed)["signal"] == "SIGKILL"
+    assert agent_watch.describe(agent_watch._failure(killed)) == "local rank 0 killed by SIGKILL"
+    assert agent_watch.describe(agent_watch._failure(failure)) == f"{LINE} (local rank 1, exit code 1)"
 
 
 def test_outside_torchrun_no_error_file_is_written(tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_a_rounds_failure_is_counted_once_however_many_pods_see_it():
     store = dist.HashStore()  # stands for the rendezvous backend's store, under this round's prefix
     group = SimpleNamespace(store=dist.PrefixStore("torch.rendezvous.job.3", store),
                             spec=SimpleNamespace(rdzv_handler=SimpleNamespace(get_run_id=lambda: "job")))
-    pod0, pod1 = inplace.JobCount(group), inplace.JobCount(group)
+    pod0, pod1 = agent_watch.JobCount(group), agent_watch.JobCount(group)
     assert pod0.current() == 0
     assert pod0.failed(0) == 1 and pod1.failed(0) == 1  # pod 1's worker failed because pod 0's did
     assert pod1.current() == 1  # what a pod restarted without a failure of its own reads
@@ -86,7 +86,7 @@ def test_a_report_from_the_record_names_the_first_worker_that_left_a_line():
     record = {"restarts": 1, "maxRestarts": 3, "exhausted": True, "last": {"failures": [
         {"localRank": 0, "exitCode": 1, "signal": None, "failedAt": 2.0, "error": LINE},
         {"localRank": 1, "exitCode": -9, "signal": "SIGKILL", "failedAt": 1.0, "error": None}]}}
-    report = inplace.exhausted_report(record)
+    report = agent_watch.exhausted_report(record)
     assert report["message"] == (f"{LINE} (local rank 0, exit code 1) after 1 in-place restart(s) "
                                  "(runPolicy.recovery.inPlaceRestarts 3)")
     assert (report["error"], report["exitCode"], report["permanent"], report["inPlaceRestarts"]) == (LINE, 1, False, 1)

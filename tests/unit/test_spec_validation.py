@@ -12,10 +12,16 @@ from ascend_operator.api.crdgen import render_all
 from ascend_operator.api.train_job import AscendTrainJobSpec
 
 
+CREATE_GUARD = "oldSelf.hasValue() || ("
+
+
 def _cel_rules():
+    """The spec's rules as kube-apiserver evaluates them on a create: a rule guarded to run on creation only
+    (``api/immutability.py``: ``oldSelf`` has no value then, so the guard leaves the rule itself) is its body."""
     crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
     spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    return spec_schema["x-kubernetes-validations"]
+    return [{**r, "rule": r["rule"].removeprefix(CREATE_GUARD).removesuffix(")")}
+            if r["rule"].startswith(CREATE_GUARD) else r for r in spec_schema["x-kubernetes-validations"]]
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from pathlib import Path
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 MODEL_FILE = "model_optim_rng.pt"
+DISTRIB_OPTIM_FILE = "distrib_optim.pt"  # the distributed optimizer's shards beside it, one file a rank
 RELEASE = "release"
 
 

@@ -60,6 +60,7 @@ class MemoryCheckpoint:
         self.held: dict[str, dict[str, bytes]] = {}
         self._pending: tuple[int, str, dict[str, Any]] | None = None
         self.group = None  # the host-side group the bytes travel over (None: the world's, when it is gloo)
+        self.commit_seconds: list[float] = []  # what keeping and replicating each promoted checkpoint took
 
     def join(self) -> None:
         """Collective, once the process group has formed: NCCL and HCCL move device tensors only, so with them the
@@ -78,8 +79,11 @@ class MemoryCheckpoint:
 
     def commit(self, iteration: int, rank: int, world: int, local_world: int) -> None:
         """Collective, when checkpoint ``iteration`` is promoted: keep this rank's files and replicate them."""
+        import time
+
         import torch.distributed as dist
 
+        began = time.perf_counter()
         own: dict[str, dict[str, bytes]] = {}
         if self._pending is not None and self._pending[0] == iteration:
             own = {self._pending[1]: {name: bytes(data) if not isinstance(data, bytes) else data
@@ -93,6 +97,7 @@ class MemoryCheckpoint:
             replica = pickle.loads(received[source]) if received.get(source) else {}
         self.held = {**replica, **own}
         self.iteration = iteration
+        self.commit_seconds.append(time.perf_counter() - began)
 
     def restore(self, trainer, rank_dir: str) -> tuple[int, dict[str, bytes]] | None:
         """Collective over the new process group: (iteration, this rank's files) when every rank's files are held
@@ -135,8 +140,7 @@ class MemoryCheckpoint:
 
 def load_state(files: dict[str, bytes]) -> tuple[dict, bytes | None]:
     """The model file's state and the distributed optimizer's shards, as ``checkpoint.training`` reads files."""
-    from .training import DISTRIB_OPTIM_FILE
-    from .layout import MODEL_FILE
+    from .layout import DISTRIB_OPTIM_FILE, MODEL_FILE
 
     state = torch.load(io.BytesIO(files[MODEL_FILE]), map_location="cpu", weights_only=False)
     return state, files.get(DISTRIB_OPTIM_FILE)

@@ -18,13 +18,12 @@ import torch
 
 from ..models.wrappers import unwrap
 from .distrib_optim import load_distributed_optimizer
-from .layout import MODEL_FILE, RELEASE, iteration_dir, rank_dir_name, read_latest
+from .layout import DISTRIB_OPTIM_FILE, MODEL_FILE, RELEASE, iteration_dir, rank_dir_name, read_latest
 from .manifest import CorruptCheckpoint, read_manifest, read_verified
 from .megatron_args import megatron_args
 from .save import CHECKPOINT_VERSION, CheckpointWrite, begin_checkpoint, saved_iterations, serialize
 from .scheduler import mismatch_message, schedule_differences
 
-DISTRIB_OPTIM_FILE = "distrib_optim.pt"
 
 
 class CheckpointMismatch(ValueError):

@@ -353,6 +353,13 @@ class Trainer:
             self.tensorboard.close()
         if self.trackers:
             self.trackers.close("KILLED" if preempted else "FINISHED")
+        memory = self.session.memory if self.session and self.session.memory_enabled else None
+        if memory and memory.commit_seconds and rank0:
+            import statistics
+
+            print(f"host-memory checkpoint: kept and replicated {len(memory.commit_seconds)} time(s), median "
+                  f"{1000 * statistics.median(memory.commit_seconds):.1f} ms a promotion, "
+                  f"{memory.nbytes / 2**20:.1f} MiB held here", flush=True)
         final = f"{losses[-1]:.4f}" if losses else "n/a"
         progress.summary(f"{steps} iterations (to {self.iteration}/{t.trainIters}), final lm loss {final}, "
                          f"{tps:.1f} tokens/s, {seconds:.1f}s, checkpoint {checkpoint or 'not saved'}")
