@@ -360,7 +360,5 @@ def test_flux_applies_jobs_from_git_and_waits_for_them(tools: Tools, tmp_path):
         job = tools.get("atj", "hello", GITOPS_NS)
         assert (job["metadata"]["uid"], job["status"]["phase"], job["status"]["completionTime"]) == \
             (uid, "Succeeded", finished), job["status"]
-        if job["status"].get("observedGeneration") != 2:  # kstatus: InProgress until it is, so Flux's wait times out
-            pytest.xfail("a finished job's status does not take the new generation (lifecycle/reconcile.py's "
-                         "_finished writes no status), so kstatus and Flux wait for ever after a runPolicy change")
+        assert job["status"].get("observedGeneration") == 2, job["status"]  # else kstatus: InProgress for ever
         assert tools.kstatus(job)["status"] == "Current"

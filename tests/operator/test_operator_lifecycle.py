@@ -158,6 +158,14 @@ def test_a_finished_job_stays_finished_and_keeps_no_running_pods(operator, api_c
                                                      {"status": {"phase": "Running"}})
     assert refused.value.status == 422
     assert "status.phase: Forbidden: a Succeeded or Failed job stays so" in refused.value.body
+    # runPolicy may change after the end (a TTL added): the status observes the new generation, so kstatus (Flux's
+    # and Argo CD's waits) calls the job Current, and the job stays as it ended.
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fin",
+                                          {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 10**8}}})
+    observed = wait_for(lambda: (s := get_job(api_client, namespace, "fin")["status"]).get(
+        "observedGeneration") == 2 and s, what="the new generation observed")
+    assert (observed["phase"], observed["completionTime"]) == ("Succeeded", "2026-01-01T00:00:00Z")
+    assert {c["type"]: c["status"] for c in observed["conditions"]}["Ready"] == "True"
 
 
 def test_active_deadline_fails_the_job(operator, api_client, namespace):

@@ -398,7 +398,15 @@ def _act(job: JobKind, obj: dict[str, Any], key: JobKey, policy: RunPolicy, stat
 
 
 def _finished(job: JobKind, obj: dict[str, Any], key: JobKey, pods: JobPods, status: dict[str, Any]) -> None:
-    """A finished job: its Workload finished too, its pods cleaned and released, deleted once its TTL is due."""
+    """A finished job: its Workload finished too, its pods cleaned and released, deleted once its TTL is due. A spec
+    change that is allowed after the end (runPolicy: a TTL, say) is observed: the status takes the new generation,
+    or kstatus (and Flux's or Argo CD's wait) would take the job for still reconciling."""
+    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+        observed = {**status, "observedGeneration": obj["metadata"].get("generation")}
+        observed["conditions"] = kstatus.conditions(observed, now())["conditions"]
+        if not _write_status(key, obj, observed):
+            return  # the job moved on: the next pass reads it again
+        status = observed
     kueue.finished(job.kind.kind, obj, status)
     policy = _policy(job, obj)
     _act(job, obj, key, policy, status, pods)
