@@ -11,6 +11,9 @@ operator (the same checks in Python, when it parses a spec).
 """
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 RESERVED_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "NPROC_PER_NODE", "WORLD_SIZE", "RANK")
@@ -78,3 +81,28 @@ def match_constraints(resource_rules: list[dict[str, Any]]) -> dict[str, Any]:
     of our own file conflicted with the field manager that had installed it (the local cluster's, the chart's)."""
     return {"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
             "resourceRules": [{**rule, "scope": rule.get("scope", "*")} for rule in resource_rules]}
+
+
+def policy_file(objects: list[dict[str, Any]], header: str, helm_value: str | None = None) -> str:
+    """Admission policies as one YAML file under a ``header`` comment; for the chart (``helm_value``), inside
+    ``{{- if .Values.<helm_value> }}`` (off where the API server predates ValidatingAdmissionPolicy v1, 1.30)."""
+    import yaml
+
+    text = header + yaml.safe_dump_all(objects, sort_keys=False, width=120)
+    if helm_value is None:
+        return text
+    assert "{{" not in text
+    return f"{{{{- if .Values.{helm_value} }}}}\n" + text + "{{- end }}\n"
+
+
+def write_policy_files(argv: list[str] | None, description: str, render: Callable[[bool], str]) -> int:
+    """The command line of a policy generator: each FILE written, as a Helm template (``render(True)``) when it
+    lies in a chart's templates/."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="where to write them (a Helm template when it lies in a chart's templates/)")
+    for name in parser.parse_args(argv).files:
+        path = Path(name)
+        path.write_text(render(path.parent.name == "templates"))
+        print(f"wrote {path}")
+    return 0
