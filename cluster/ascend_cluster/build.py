@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -53,6 +54,20 @@ class GoModule:
         if match is None:
             raise BuildError(f"{self.path / 'go.mod'} does not require {module}")
         return match.group(1)
+
+    def source_dir(self, module: str, why: str) -> Path:
+        """``module``'s source at the version this module pins (``go mod download`` fetches it when the module cache
+        lacks it); ``why`` says what needs it, for the error when `go` is missing."""
+        go = shutil.which("go")
+        if go is None:
+            raise BuildError(f"{why}, and `go` is not on PATH")
+        pinned = f"{module}@{self.required_version(module)}"
+        answer = subprocess.run([go, "mod", "download", "-json", pinned], cwd=self.path, capture_output=True,
+                                text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
+        try:
+            return Path(json.loads(answer.stdout)["Dir"])
+        except (ValueError, KeyError):
+            raise BuildError(f"`go mod download -json {pinned}` failed: {answer.stderr or answer.stdout}") from None
 
     def ldflags(self) -> str:
         flags = ["-s", "-w"]

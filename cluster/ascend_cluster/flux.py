@@ -15,9 +15,7 @@ any git host (go-git speaks only the smart protocol, and a GitRepository's URL i
 from __future__ import annotations
 
 import http.server
-import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -48,17 +46,8 @@ SOURCE_RULES = [
 
 
 def module_dir(module: str) -> Path:
-    """A Flux controller's module source at the pinned version (``go mod download`` fetches it when missing)."""
-    go = shutil.which("go")
-    if go is None:
-        raise build.BuildError("Flux's CRDs come from its Go modules, and `go` is not on PATH")
-    pinned = f"{module}@{build.FLUX.required_version(module)}"
-    answer = subprocess.run([go, "mod", "download", "-json", pinned], cwd=build.FLUX.path, capture_output=True,
-                            text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
-    try:
-        return Path(json.loads(answer.stdout)["Dir"])
-    except (ValueError, KeyError):
-        raise build.BuildError(f"`go mod download -json {pinned}` failed: {answer.stderr or answer.stdout}") from None
+    """A Flux controller's module source at the pinned version."""
+    return build.FLUX.source_dir(module, "Flux's CRDs come from its Go modules")
 
 
 def crds() -> list[dict[str, Any]]:

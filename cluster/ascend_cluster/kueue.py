@@ -30,10 +30,8 @@ from __future__ import annotations
 import base64
 import copy
 import functools
-import json
 import os
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -69,18 +67,8 @@ class KueueError(ControlPlaneError):
 
 @functools.cache
 def module_dir() -> Path:
-    """Kueue's module source at the pinned version (``go mod download`` fetches it when the cache lacks it)."""
-    go = shutil.which("go")
-    if go is None:
-        raise build.BuildError("Kueue's manifests come from its Go module, and `go` is not on PATH")
-    module = f"sigs.k8s.io/kueue@{build.KUEUE.required_version('sigs.k8s.io/kueue')}"
-    answer = subprocess.run([go, "mod", "download", "-json", module], cwd=build.KUEUE.path, capture_output=True,
-                            text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
-    try:
-        folder = Path(json.loads(answer.stdout)["Dir"])
-    except (ValueError, KeyError):
-        raise build.BuildError(f"`go mod download -json {module}` failed: {answer.stderr or answer.stdout}") from None
-    return folder
+    """Kueue's module source at the pinned version."""
+    return build.KUEUE.source_dir("sigs.k8s.io/kueue", "Kueue's manifests come from its Go module")
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
