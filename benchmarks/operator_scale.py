@@ -20,13 +20,15 @@ operator, kube-apiserver, etcd and the clients a job.
 the Jobs) and the controller's requests a job (the audit log records the Job controller's ServiceAccount too);
 ``--profile DIR`` keeps kube-apiserver's CPU profile of the first round of each kind and prints its top.
 
-``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in three phases:
+``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in four phases:
 
 - create: apply -> N pods created, and the operator quiet;
 - start-up: this script plays the kubelets, moving every pod through PodScheduled, Running and Ready (three
   status writes a pod, as a real node reports them) until the job is Running with N ready;
 - gang restart: one pod deleted as a worker failure; the operator deletes the gang and creates it again. A
-  2-node job applied at the same moment measures how long a small job waits for its pods meanwhile.
+  2-node job applied at the same moment measures how long a small job waits for its pods meanwhile;
+- lost in restart: a pod of that attempt fails, and the first pod of the next attempt is deleted while the others
+  are still being created (a second fault during the recovery): until the new attempt is whole again.
 
 For each phase: the operator's CPU seconds (user + system from /proc, not wall time: the machine is shared),
 its peak RSS, its API requests by verb, and the time until it goes quiet (no request for QUIET_S; the quiet
@@ -416,6 +418,7 @@ def large(nodes: int, startup: bool = True) -> None:
             if startup:
                 _start_up(op, name)
             _gang_restart(op, name, nodes)
+            _lost_in_restart(op, name, nodes)
         finally:
             op.close()
 
@@ -448,6 +451,37 @@ def _gang_restart(op: Operator, name: str, nodes: int) -> None:
     status = op.job_status(name)
     phase.report(quiet, f"   (gang recreated in {renewed + small:.2f} s, restarts {status.get('restarts')}; "
                         f"small job's pods in {small:.2f} s)")
+
+
+def _lost_in_restart(op: Operator, name: str, nodes: int) -> None:
+    """A second fault during a recovery (issue 49's stuck gang, at scale): a pod of the current attempt fails, and
+    the first pod of the attempt the operator then creates is deleted while the rest are still being created. The
+    phase ends when the new attempt has all N pods again (the deleted one replaced) and the operator is quiet."""
+    phase = Phase(op, "lost in restart")
+    attempt = int(op.job_status(name).get("restarts", 0))
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # it ran, then failed: a pod that never ran is
+    failed = {"state": {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": at, "finishedAt": at}}}
+    _kubelet(op, [f"{name}-1-{attempt}"], {"phase": "Running", "podIP": "10.0.0.1",  # replaced in place instead
+                                           "containerStatuses": [{"name": "engine", "ready": True,
+                                                                  "state": {"running": {"startedAt": at}}}]})
+    _kubelet(op, [f"{name}-1-{attempt}"], {"phase": "Failed", "containerStatuses": [{"name": "engine", **failed}]})
+    first = f"{name}-0-{attempt + 1}"
+    op.tally.wait(lambda pods: first in pods.get(name, {}), 600)
+    lost_uid = op.tally.pods[name][first][0]
+    _done(op.core.delete_namespaced_pod(first, "default", _preload_content=False))
+    suffix = f"-{attempt + 1}"
+
+    def whole(pods: dict) -> bool:
+        mine = pods.get(name, {})
+        current = [n for n in mine if n.endswith(suffix)]
+        return len(current) == nodes and mine[first][0] != lost_uid
+
+    renewed = op.tally.wait(whole, 900)
+    quiet = op.until_quiet(phase.start)
+    status = op.job_status(name)
+    stale = [n for n in op.tally.pods.get(name, {}) if not n.endswith(suffix)]
+    phase.report(quiet, f"   (attempt {attempt + 1} whole again in {renewed:.2f} s, {len(stale)} older pod(s) "
+                        f"left, restarts {status.get('restarts')}, phase {status.get('phase')})")
 
 
 def _job_body(name: str, nnodes: int) -> dict:
