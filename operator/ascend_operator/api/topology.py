@@ -43,7 +43,7 @@ TOPOLOGY_RULES = [
     *({"rule": f"!has(self.topology) || !has(self.topology.{field}) || self.topology.{field} in "
                "self.topology.levels",
        "message": f"topology.{field} must be one of topology.levels",
-       "fieldPath": f".topology.{field}", "reason": "FieldValueNotSupported"}
+       "fieldPath": f".topology.{field}", "reason": "FieldValueInvalid"}
       for field in ("required", "preferred", "tensorParallel")),
     {"rule": "!has(self.topology) || !has(self.topology.tensorParallel) || has(self.train)",
      "message": "topology.tensorParallel needs train: the tensor-parallel size comes from "
