@@ -326,7 +326,8 @@ class Kube:
         return self._list_all(self._custom_path(kind), {})
 
     @uses("", "pods", "patch")
-    def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> dict[str, Any] | None:
+    def annotate_pod_of_uid(self, namespace: str, name: str, uid: str,
+                            annotations: dict[str, str]) -> dict[str, Any] | None:
         """Set annotations on this very pod (the uid in the patch makes it fail on a newer pod of that name). The pod
         as it is now, or None: gone, or another pod of that name (404, 409, 422)."""
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"

@@ -145,7 +145,7 @@ def annotate_ranks(cache: PodCache, key: JobKey, ranked: list[tuple[dict[str, An
     patch a pod, once per attempt."""
     def one(item: tuple[dict[str, Any], int]) -> None:
         pod, rank = item
-        answer = kube().annotate_pod(key[1], pod["metadata"]["name"], pod["metadata"]["uid"],
+        answer = kube().annotate_pod_of_uid(key[1], pod["metadata"]["name"], pod["metadata"]["uid"],
                                      {NODE_RANK_ANNOTATION: str(rank)})
         if answer is not None:
             cache.released(answer)  # the pod as it is now: the next pass sees its annotation
