@@ -249,9 +249,17 @@ def _sleeper(namespace: str, name: str, seconds: int) -> dict:
     return {"apiVersion": "ascendtrain.dev/v1alpha1", "kind": "AscendTrainJob",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"image": "sleeper:1", "nnodes": 3, "nprocPerNode": 2, "devices": {"resource": DEVICE},
-                     "shmSize": "none", "gangScheduling": "kubernetes", "terminationGracePeriodSeconds": 20,
+                     "shmSize": "none", "gangScheduling": "kubernetes", "terminationGracePeriodSeconds": 30,
                      "trainer": {"command": ["python3", "-c", f"import time; time.sleep({seconds})"],
                                  "progress": "none"}}}
+
+
+def _pod_groups(resources: ResourceClient, namespace: str) -> str:
+    """The path of kube-scheduler's PodGroups at the version the cluster serves (v1alpha2 on 1.36, v1alpha3 on
+    1.37)."""
+    served = {v["version"] for v in resources.request("GET", "/apis/scheduling.k8s.io")["versions"]}
+    version = next(v for v in ("v1alpha3", "v1alpha2") if v in served)  # the group's v1 is PriorityClass's
+    return f"/apis/scheduling.k8s.io/{version}/namespaces/{namespace}/podgroups"
 
 
 def _bound(resources: ResourceClient, namespace: str) -> dict[str, set[str]]:
@@ -303,7 +311,7 @@ def test_gangs_are_bound_whole_or_not_at_all_by_kube_scheduler(cluster, resource
     # One gang is bound whole (its PodGroup <job>-0, minCount 3); the other has no pod bound: 1 node is left.
     first = until("no gang bound", lambda b: next((g for g, p in b.items() if len(p) == gang), None))
     job, other = first.rsplit("-", 1)[0], ({"left", "right"} - {first.rsplit("-", 1)[0]}).pop()
-    group = resources.request("GET", f"/apis/scheduling.k8s.io/v1alpha3/namespaces/{ns}/podgroups/{first}")
+    group = resources.request("GET", f"{_pod_groups(resources, ns)}/{first}")
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": gang}}
     assert group["metadata"]["ownerReferences"][0]["name"] == job
     assert watch().get(f"{other}-0") == set()
@@ -327,8 +335,7 @@ def test_gangs_are_bound_whole_or_not_at_all_by_kube_scheduler(cluster, resource
     status = _get(resources, ns, job)["status"]
     assert status["restarts"] == 1 and [a["node"] for a in status.get("avoidedNodes") or []] == [lost], status
     # The older attempt's PodGroup went with its restart; each gang was bound whole, once or twice.
-    groups = {g["metadata"]["name"] for g in resources.request(
-        "GET", f"/apis/scheduling.k8s.io/v1alpha3/namespaces/{ns}/podgroups")["items"]}
+    groups = {g["metadata"]["name"] for g in resources.request("GET", _pod_groups(resources, ns))["items"]}
     assert groups == {f"{job}-1", f"{other}-0"}, groups
     print(f"bound pods per PodGroup, each change: {seen}")
 
