@@ -34,7 +34,10 @@ def resolve(argv: list[str], started: float) -> list[str]:
     """torchrun's arguments with this pod's rank, waiting for it when the pod was created without one; the
     environment gets ``NODE_RANK``/``PET_NODE_RANK``. Unchanged when the rank was known at creation."""
     key = os.environ.get(WAIT_ENV)
-    if not key or os.environ.get("NODE_RANK"):
+    if not key:
+        return argv
+    if rank := os.environ.get("NODE_RANK"):  # the operator wrote it before the pod started: the kubelet expanded it
+        say("torchrun", f"NODE_RANK {rank} (ordered by topology)", started)
         return argv
     path = os.environ.get(ANNOTATIONS_FILE_ENV)
     if not path:

@@ -174,7 +174,7 @@ def test_tensor_parallel_topology_needs_whole_pods_per_group():
 
 # -- the launcher's side ----------------------------------------------------------------------------------------
 
-def test_the_launcher_waits_for_its_rank_from_the_annotations_file(tmp_path, monkeypatch):
+def test_the_launcher_waits_for_its_rank_from_the_annotations_file(tmp_path, monkeypatch, capsys):
     annotations = tmp_path / "annotations"
     annotations.write_text('other="x"\n')
     monkeypatch.setenv(ANNOTATIONS_FILE_ENV, str(annotations))
@@ -188,7 +188,10 @@ def test_the_launcher_waits_for_its_rank_from_the_annotations_file(tmp_path, mon
     assert node_rank.resolve(argv, time.perf_counter()) == ["--nnodes=4", "--node-rank=2", "--master-addr=m", "-m",
                                                             "ascend_engine"]
     assert os.environ["NODE_RANK"] == os.environ["PET_NODE_RANK"] == "2"
-    assert node_rank.resolve(["--node-rank=7"], time.perf_counter()) == ["--node-rank=7"]  # known: unchanged
+    capsys.readouterr()
+    # written before the pod started: the kubelet expanded it, the launcher only says which rank it got
+    assert node_rank.resolve(["--node-rank=2"], time.perf_counter()) == ["--node-rank=2"]
+    assert "NODE_RANK 2 (ordered by topology)" in "".join(capsys.readouterr())
     monkeypatch.setenv("NODE_RANK", "")
     monkeypatch.setenv(node_rank.TIMEOUT_ENV, "0.2")
     annotations.write_text('other="x"\n')
