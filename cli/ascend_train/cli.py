@@ -512,7 +512,8 @@ def _nodes(args: argparse.Namespace) -> dict[str, Any]:
     if args.devices_per_node:
         capacity[args.device_resource] = args.devices_per_node
     try:
-        topology = topology_labels.parse(args.topology) if args.topology else None
+        text = getattr(args, "topology", None)  # absent when not given (no "(default: None)" in the help)
+        topology = topology_labels.parse(text) if text else None
         if topology:
             topology_labels.node_labels([str(i) for i in range(args.nodes)], *topology)
     except ValueError as e:
@@ -588,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
         sub.add_argument("--kueue", action="store_true",
                          help="also run Kueue's manager, so jobs labelled kueue.x-k8s.io/queue-name are queued")
-        sub.add_argument("--topology", metavar="blocks=B,racks=R",
+        sub.add_argument("--topology", metavar="blocks=B,racks=R", default=argparse.SUPPRESS,
                          help="label the nodes with a block and a rack (topology.ascendtrain.dev/block, /rack): "
                               "consecutive nodes share a rack, R racks a block; with --kueue also Kueue's Topology "
                               f"{topology_labels.TOPOLOGY_NAME}")
