@@ -3,6 +3,7 @@
     ascend-train local up [--fresh]            control plane + node agent + operator in the foreground (Ctrl-C stops)
     ascend-train local up --nodes 3 --devices-per-node 8   three nodes with 8 huawei.com/Ascend910 each
     ascend-train local up --kueue              with Kueue's manager too (queues, quotas, preemption)
+    ascend-train local up --nodes 4 --topology blocks=1,racks=2   nodes labelled by block and rack
     ascend-train local down                    stop the `local up` running on --root (from another shell)
     ascend-train local node lose|add NAME      a node's machine dies (its pods' processes too) or (re)joins
     ascend-train local node cordon|uncordon NAME   mark a node (un)schedulable, as `kubectl cordon` does
@@ -34,6 +35,7 @@ import yaml
 from ascend_engine.cli_text import plain, quiet_broken_pipe
 
 from ascend_cluster import lifecycle
+from ascend_cluster import topology as topology_labels
 from ascend_cluster.cluster import NODE_REQUESTS, LocalCluster
 from ascend_cluster.pod_environment import ContainerPathView
 from ascend_cluster.pod_logs import FollowedLog, read_container_log
@@ -509,7 +511,14 @@ def _nodes(args: argparse.Namespace) -> dict[str, Any]:
     capacity = _capacity(args.device)
     if args.devices_per_node:
         capacity[args.device_resource] = args.devices_per_node
-    return {"nodes": args.nodes, "capacity": capacity, "kueue": args.kueue}
+    try:
+        text = getattr(args, "topology", None)  # absent when not given (no "(default: None)" in the help)
+        topology = topology_labels.parse(text) if text else None
+        if topology:
+            topology_labels.node_labels([str(i) for i in range(args.nodes)], *topology)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return {"nodes": args.nodes, "capacity": capacity, "kueue": args.kueue, "topology": topology}
 
 
 def node(args: argparse.Namespace) -> int:
@@ -580,6 +589,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="wipe the cluster root first (objects, logs, checkpoints); by default all are kept")
         sub.add_argument("--kueue", action="store_true",
                          help="also run Kueue's manager, so jobs labelled kueue.x-k8s.io/queue-name are queued")
+        sub.add_argument("--topology", metavar="blocks=B,racks=R", default=argparse.SUPPRESS,
+                         help="label the nodes with a block and a rack (topology.ascendtrain.dev/block, /rack): "
+                              "consecutive nodes share a rack, R racks a block; with --kueue also Kueue's Topology "
+                              f"{topology_labels.TOPOLOGY_NAME}")
         sub.set_defaults(func=func)
         if name == "up":
             sub.add_argument("--no-operator", action="store_true", help="control plane and node agents only")

@@ -33,6 +33,7 @@ from .processes import free_port, stop_with_parent
 from .provisioner import STORAGE_CLASS, Provisioner
 from .resource_client import ResourceClient
 from .runner import MAX_LOCAL_GRACE_S, PodRunner
+from . import topology as topology_labels
 
 MARKER = ".ascend-local-cluster"
 REPO_CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -82,16 +83,19 @@ class LocalCluster:
     def __init__(self, root: str | Path = ".local-cluster", crds_dir: str | Path | None = REPO_CRDS,
                  operator: bool = False, capacity: dict[str, int] | None = None, fresh: bool = False,
                  nodes: int = 1, node_grace_s: float = DEFAULT_GRACE_S, fast_storage: bool = False, say=print,
-                 kueue: bool = False):
+                 kueue: bool = False, topology: tuple[int, int] | None = None):
         """``capacity``: device counts each node offers; ``node_grace_s``: how long a silent node stays Ready and
         keeps its pods; ``fast_storage``: etcd without fsync (tests); ``kueue``: run Kueue's manager too
-        (``ascend_cluster.kueue``), with AscendTrainJob as an external framework."""
+        (``ascend_cluster.kueue``), with AscendTrainJob as an external framework; ``topology``: (blocks, racks per
+        block) labels on the nodes (``ascend_cluster.topology``), and Kueue's Topology with ``kueue``."""
         self.root = Path(root).resolve()
         self.fresh = fresh
         self.crds_dir = Path(crds_dir) if crds_dir else None
         self.with_operator = operator
         self.capacity = capacity
         self.node_names = ["local"] if nodes == 1 else [f"node-{i}" for i in range(1, nodes + 1)]
+        self.topology = topology
+        self.node_labels = topology_labels.node_labels(self.node_names, *topology) if topology else {}
         self.control_plane = ControlPlane(self.root, node_grace_s=node_grace_s, fast_storage=fast_storage, say=say)
         self.runners: dict[str, PodRunner] = {}
         self._lost: dict[str, PodRunner] = {}  # their frozen processes die with their pods
@@ -133,6 +137,8 @@ class LocalCluster:
                 self.kueue.start()
             with self.client() as resources:
                 resources.apply(STORAGE_CLASS)
+                if self.kueue is not None and self.topology:
+                    resources.apply(topology_labels.kueue_topology())
             self.provisioner = Provisioner(self.kubeconfig, self.root).start()
             network = claim_network()  # this cluster's own loopback /16, shared by its nodes
             self._network = (network, IpAllocator(network.prefix))
@@ -224,7 +230,7 @@ class LocalCluster:
         plane = self.control_plane
         self.runners[name] = PodRunner(plane.node_kubeconfig(name), self.root, name, plane.kubelet_serving(name),
                                        plane.pki.ca.cert, capacity or self.capacity, network=self._network,
-                                       labels=labels).start()
+                                       labels=labels if labels is not None else self.node_labels.get(name)).start()
         return self.runners[name]
 
     def lose_node(self, name: str) -> None:

@@ -12,7 +12,8 @@ audit ``Policy`` (``audit.k8s.io/v1``) as a dict, turns kube-apiserver's audit l
 mode, so an event is in the file before its request is answered (a reader can count requests as they happen).
 
 Controllers that cannot work on one host are switched off, and nothing else: the endpoint controllers (pod IPs are
-loopback addresses, which Endpoints and EndpointSlices refuse), and the cloud and IPAM ones.
+loopback addresses, which Endpoints and EndpointSlices refuse), and the cloud and IPAM ones. kube-scheduler's gang
+scheduling is on (``WORKLOAD_SCHEDULING``: its feature gates in every component, its API in kube-apiserver).
 """
 from __future__ import annotations
 
@@ -37,6 +38,27 @@ DISABLED_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "end
                         "service-lb-controller", "node-ipam-controller", "cloud-node-lifecycle-controller",
                         "node-route-controller")
 START_TIMEOUT_S = 120.0
+# kube-scheduler's gang scheduling and topology-aware placement of pod groups (KEP-4671; the operator's
+# gangScheduling: kubernetes), by release: the feature gates turned on in every component and the API version of
+# scheduling.k8s.io served. 1.36 made PodGroup the runtime object (v1alpha2) and schedules a group's pods in one
+# cycle; 1.37 serves v1alpha3 (GangScheduling folded into GenericWorkload, beta but off by default). 1.35's
+# Workload API (v1alpha1: pods name a Workload, whose gang plugin held each pod at Permit, so two gangs could
+# each hold part of the nodes until a 5-minute timeout) is not used.
+WORKLOAD_SCHEDULING = {
+    "1.36": ("GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true",
+             "scheduling.k8s.io/v1alpha2"),
+    "1.37": ("GenericWorkload=true,TopologyAwareWorkloadScheduling=true", "scheduling.k8s.io/v1alpha3"),
+}
+
+
+def workload_scheduling() -> tuple[list[str], list[str]]:
+    """(flags for every component, flags for kube-apiserver only) that turn gang scheduling on for the pinned
+    release."""
+    release = ".".join(build.KUBERNETES.required_version("k8s.io/kubernetes").lstrip("v").split(".")[:2])
+    if release not in WORKLOAD_SCHEDULING:
+        return [], []
+    gates, api = WORKLOAD_SCHEDULING[release]
+    return [f"--feature-gates={gates}"], [f"--runtime-config={api}=true"]
 
 
 class ControlPlaneError(RuntimeError):
@@ -172,7 +194,7 @@ class ControlPlane:
             f"--kubelet-certificate-authority={self.pki.ca.cert}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--default-not-ready-toleration-seconds={grace}", f"--default-unreachable-toleration-seconds={grace}",
-            *audit,
+            *audit, *sum(workload_scheduling(), []),
         ])
 
     def _component_kubeconfig(self, name: str, user: str) -> Path:
@@ -191,9 +213,10 @@ class ControlPlane:
             f"--root-ca-file={self.pki.ca.cert}",
             f"--cluster-signing-cert-file={self.pki.ca.cert}", f"--cluster-signing-key-file={self.pki.ca.key}",
             "--node-monitor-period=1s", f"--node-monitor-grace-period={max(2, round(self.node_grace_s))}s",
+            *workload_scheduling()[0],
         ])
         self._run("kube-scheduler", [self.binary("kube-scheduler"), *_delegated(scheduler_config),
-                                     f"--secure-port={scheduler_port}"])
+                                     f"--secure-port={scheduler_port}", *workload_scheduling()[0]])
         return kcm_port, scheduler_port
 
     # -- readiness and credentials ---------------------------------------------------------------

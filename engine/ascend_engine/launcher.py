@@ -14,7 +14,8 @@ import os
 import sys
 import time
 
-from .telemetry import report_result, say, started_up
+from . import node_rank
+from .telemetry import fail, report_result, say, started_up
 
 
 def _max_restarts(argv: list[str]) -> int:
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> None:
 
     gc.freeze()  # torch's objects live as long as the process: no collection, the exit's included, walks them
     argv = sys.argv[1:] if argv is None else argv
+    try:  # with spec.topology a pod's rank comes once the gang is placed (ascend_engine.node_rank)
+        argv = node_rank.resolve(argv, started)
+    except node_rank.NodeRankTimeout as e:
+        sys.exit(fail("torchrun", str(e), "NodeRankTimeout", exit_code=1))
     # The workers leave their error line in torchrun's error files (inplace.record_worker_error); torchrun's main
     # then copies the first one to its own, and without one logs an error saying it has none. The cause reaches
     # the operator through this launcher's report and the workers' own, not through that copy.

@@ -43,6 +43,19 @@ def test_schemas_are_structural():
                 assert node.get("type") == "object", path
 
 
+# What kube-apiserver accepts as a validation rule's reason (apiextensions' FieldValueErrorReason): any other value
+# makes the whole CRD invalid, and no job can be created.
+RULE_REASONS = {"FieldValueRequired", "FieldValueDuplicate", "FieldValueInvalid", "FieldValueForbidden"}
+
+
+def test_every_validation_rule_reason_is_one_kube_apiserver_accepts():
+    for name, text in render_all().items():
+        schema = yaml.safe_load(text)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for path, node in _walk(schema):
+            for rule in node.get("x-kubernetes-validations") or []:
+                assert rule.get("reason", "FieldValueInvalid") in RULE_REASONS, (name, path, rule)
+
+
 def test_train_job_crd_has_status_columns_and_short_name():
     crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
     version = crd["spec"]["versions"][0]

@@ -16,6 +16,7 @@ from .elastic import ELASTIC_RULES, ElasticPolicy, ElasticStatus
 from .evaluation import EvaluationStatus
 from .kube import IMAGE_RULE, JobStatusBase, KubeModel, ObjectName, PodSettings
 from .recovery import Goodput, Recovery
+from .topology import TOPOLOGY_RULES, PlacementStatus, TopologySpec
 from .run_policy import TrainRunPolicy
 from .tracking import TrackedRun
 from .trainer import TrainerCommand
@@ -126,10 +127,10 @@ class AscendTrainJobSpec(PodSettings):
                                                               *PIPELINE_RULES,
                                                               *EVALUATION_ONLY_RULES, EVALUATION_TOKENIZER_RULE,
                                                               *TRAINER_RULES, *ELASTIC_RULES, *PORT_RULES,
-                                                              IMAGE_RULE]}}
+                                                              *TOPOLOGY_RULES, IMAGE_RULE]}}
 
     nnodes: Annotated[int, Field(ge=1, le=4096)] = 1
-    """Number of pods (torchrun nodes); pod i is NODE_RANK i."""
+    """Number of pods (torchrun nodes); pod i is NODE_RANK i (with topology, ranks follow the placement)."""
     nprocPerNode: Annotated[int, Field(ge=1, le=64)] = 1
     """Processes per pod; each gets one device of `devices.resource`."""
     devices: TrainDeviceSettings = TrainDeviceSettings()
@@ -145,12 +146,20 @@ class AscendTrainJobSpec(PodSettings):
     """Run the pods in the node's network namespace (RoCE/HCCN setups). MASTER_PORT, the metrics port and
     HCCL_IF_BASE_PORT then come from a block of ports the operator assigns to this job alone
     (status.hostPorts), so jobs sharing a node never clash."""
-    gangScheduling: Literal["volcano", "coscheduling"] | None = None
-    """Gang scheduling: all nnodes pods are placed together or not at all. volcano creates a Volcano PodGroup
-    (scheduling.volcano.sh/v1beta1, minMember = nnodes) and sets schedulerName volcano unless given;
-    coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and labels the pods."""
+    gangScheduling: Literal["kubernetes", "volcano", "coscheduling"] | None = None
+    """Gang scheduling: all nnodes pods are placed together or not at all. kubernetes: kube-scheduler's own
+    (Kubernetes 1.36+, feature gate GenericWorkload): one PodGroup per attempt (scheduling.k8s.io, the newest of
+    v1alpha3 / v1alpha2 the cluster serves) named <job>-<attempt>, policy gang with minCount = nnodes, its topology
+    constraint topology.required, each pod's schedulingGroup naming it; tested against the real kube-scheduler.
+    volcano creates a Volcano PodGroup (scheduling.volcano.sh/v1beta1, minMember = nnodes) and sets schedulerName
+    volcano unless given; coscheduling creates a scheduler-plugins PodGroup (scheduling.x-k8s.io/v1alpha1) and
+    labels the pods: those two are rendered as their schedulers document but never run against them here."""
     volcanoQueue: ObjectName | None = None
     """Volcano queue of the PodGroup (gangScheduling volcano)."""
+    topology: TopologySpec | None = None
+    """Where the gang may be placed (one block or rack, tensor-parallel groups in one server) and NODE_RANK ordered
+    by where the pods landed: the order is in status.placement and each pod's environment. Without it NODE_RANK is
+    the pod's index."""
     runPolicy: TrainRunPolicy = TrainRunPolicy()
     """Restarts, deadline, clean-up, TTL and suspension."""
     elastic: ElasticPolicy | None = None
@@ -210,6 +219,8 @@ class AscendTrainJobSpec(PodSettings):
                 raise ValueError(rule["message"])
         if self.elastic is not None:
             self._check_elastic(self.elastic)
+        if self.topology is not None and self.topology.tensorParallel:
+            self._check_tensor_parallel_topology()
         broken = (bool(self.datasetPrepRef and self.train and self.train.data.dataPath),
                   bool(self.checkpointConvertRef and self.train and self.train.checkpoint.load),
                   bool(self.volcanoQueue and self.gangScheduling != "volcano"))
@@ -217,6 +228,19 @@ class AscendTrainJobSpec(PodSettings):
             if bad:
                 raise ValueError(rule["message"])
         return self
+
+    def _check_tensor_parallel_topology(self) -> None:
+        needs_train, whole_pods = TOPOLOGY_RULES[4:6]
+        if self.train is None:
+            raise ValueError(needs_train["message"])
+        tp = self.train.parallel.tensorModelParallelSize
+        if tp > self.nprocPerNode and tp % self.nprocPerNode:
+            raise ValueError(f"{whole_pods['message']} ({tp} and {self.nprocPerNode})")
+
+    def tensor_parallel_pods(self) -> int:
+        """Pods a tensor-parallel group spans (1 when a group fits in one pod, or without train)."""
+        tp = self.train.parallel.tensorModelParallelSize if self.train else 1
+        return tp // self.nprocPerNode if tp > self.nprocPerNode else 1
 
     def _check_elastic(self, elastic: ElasticPolicy) -> None:
         needs_train, at_most, needs_save = ELASTIC_RULES[:3]
@@ -419,3 +443,5 @@ class AscendTrainJobStatus(JobStatusBase):
     """The per-device memory estimate checked when the operator admitted the job."""
     tracking: list[TrackedRun] = []
     """Where the experiment trackers (train.observability.trackers) keep this job's run: one entry per tracker."""
+    placement: PlacementStatus | None = None
+    """With spec.topology: where the current attempt's pods landed and the NODE_RANK order that follows."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ascend_engine.node_rank import NODE_RANK_ANNOTATION
+
 from ..lifecycle import attempts
 from ..api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, POD_FINALIZER
 
@@ -44,6 +46,8 @@ def slim(pod: dict[str, Any]) -> dict[str, Any]:
             out_meta["deletionGracePeriodSeconds"] = meta["deletionGracePeriodSeconds"]
     if meta.get("finalizers"):
         out_meta["finalizers"] = list(meta["finalizers"])
+    if (rank := (meta.get("annotations") or {}).get(NODE_RANK_ANNOTATION)) is not None:  # topology.placement
+        out_meta["annotations"] = {NODE_RANK_ANNOTATION: rank}
     out_status = {k: status[k] for k in ("phase", "podIP", "reason", "message") if status.get(k)}
     conditions = [{k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
                   for c in status.get("conditions") or [] if c.get("type") in _CONDITIONS]

@@ -29,6 +29,10 @@ _PLURALS = {k.kind: k.plural for k in KINDS}
 _CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
 # PodGroups of the gang schedulers (render/gang.py): apiVersion -> plural.
 _POD_GROUPS = {"scheduling.volcano.sh/v1beta1": "podgroups", "scheduling.x-k8s.io/v1alpha1": "podgroups"}
+# kube-scheduler's own PodGroup (render/gang.py): the versions whose spec holds schedulingPolicy.gang.minCount and
+# schedulingConstraints.topology as rendered, newest first (1.37 serves v1alpha3, 1.36 v1alpha2).
+SCHEDULING_GROUP = "scheduling.k8s.io"
+SCHEDULING_VERSIONS = ("v1alpha3", "v1alpha2")
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -160,11 +164,15 @@ class Kube:
     @uses("", "configmaps", "create")
     @uses("scheduling.volcano.sh", "podgroups", "create")
     @uses("scheduling.x-k8s.io", "podgroups", "create")
+    @uses(SCHEDULING_GROUP, "podgroups", "create")
     def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """Create if absent: the created object, or None when it already existed (reconciling twice creates
         nothing twice)."""
         kind = body["kind"]
-        if kind == "PodGroup":
+        if kind == "PodGroup" and body["apiVersion"].startswith(f"{SCHEDULING_GROUP}/"):
+            body = {**body, "apiVersion": f"{SCHEDULING_GROUP}/{self.scheduling_version()}"}
+            path = f"/apis/{body['apiVersion']}/namespaces/{quote(namespace)}/podgroups"
+        elif kind == "PodGroup":
             path = f"/apis/{body['apiVersion']}/namespaces/{quote(namespace)}/{_POD_GROUPS[body['apiVersion']]}"
         else:
             path = f"/api/v1/namespaces/{quote(namespace)}/{_CORE_PLURALS[kind]}"
@@ -177,6 +185,31 @@ class Kube:
             if e.status == 409:
                 return None
             raise
+
+    def scheduling_version(self) -> str:
+        """The newest version of kube-scheduler's PodGroup API this cluster serves (asked once; a cluster that
+        serves none is asked again on the next call). Raises a 404 ApiException that says what the cluster needs."""
+        if (found := self.__dict__.get("_scheduling_version")) is not None:
+            return found
+        served = {v.get("version") for v in (self._get(f"/apis/{SCHEDULING_GROUP}") or {}).get("versions") or []}
+        for version in SCHEDULING_VERSIONS:
+            if version in served:
+                self.__dict__["_scheduling_version"] = version
+                return version
+        error = ApiException(status=404, reason="Not Found")
+        error.body = json.dumps({"message": (
+            f"this cluster serves no PodGroup API ({', '.join(f'{SCHEDULING_GROUP}/{v}' for v in SCHEDULING_VERSIONS)}"
+            f"; it serves {', '.join(sorted(served)) or 'none of ' + SCHEDULING_GROUP}): gangScheduling kubernetes needs "
+            "Kubernetes 1.36 or later with feature gate GenericWorkload on kube-apiserver and kube-scheduler and the "
+            f"API enabled (--runtime-config={SCHEDULING_GROUP}/{SCHEDULING_VERSIONS[0]}=true)")})
+        raise error
+
+    @uses(SCHEDULING_GROUP, "podgroups", "deletecollection")
+    def delete_pod_groups(self, namespace: str, selector: str) -> None:
+        """Delete kube-scheduler's PodGroups matching the label ``selector`` (one request)."""
+        path = f"/apis/{SCHEDULING_GROUP}/{self.scheduling_version()}/namespaces/{quote(namespace)}/podgroups"
+        _retrying(lambda: self._json("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions"},
+                                     {"labelSelector": selector}), retry_conflict=False)
 
     @uses("", "configmaps", "patch")
     def update_config_map(self, namespace: str, body: dict[str, Any], exists: bool = False) -> None:
@@ -217,6 +250,11 @@ class Kube:
             token = page["metadata"].get("continue")
             if not token:
                 return items
+
+    @uses("", "nodes", "get")
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """One Node (its topology labels: ``topology.placement``), or None when it is gone."""
+        return self._get(f"/api/v1/nodes/{quote(name)}")
 
     @uses("", "nodes", "list")
     def list_nodes(self) -> list[dict[str, Any]]:
@@ -286,6 +324,21 @@ class Kube:
     def list_custom(self, kind: str) -> list[dict[str, Any]]:
         """All objects of one of our kinds in every namespace."""
         return self._list_all(self._custom_path(kind), {})
+
+    @uses("", "pods", "patch")
+    def annotate_pod_of_uid(self, namespace: str, name: str, uid: str,
+                            annotations: dict[str, str]) -> dict[str, Any] | None:
+        """Set annotations on this very pod (the uid in the patch makes it fail on a newer pod of that name). The pod
+        as it is now, or None: gone, or another pod of that name (404, 409, 422)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        patch = {"metadata": {"uid": uid, "annotations": annotations}}
+        try:
+            return _retrying(lambda: self._json("PATCH", path, patch, content_type=STRATEGIC_MERGE_PATCH),
+                             retry_conflict=False)
+        except ApiException as e:
+            if e.status in (404, 409, 422):
+                return None
+            raise
 
     @uses("", "pods", "patch")
     def release_pod(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:

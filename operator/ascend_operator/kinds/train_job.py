@@ -37,4 +37,5 @@ register(JobKind(
     reporting_pods=lambda spec: [0, spec.nnodes - 1] if spec.trainer else [0],
     stall_detection=lambda spec: spec.runPolicy.stallDetection if spec.train and spec.train.observability.metricsPort
     and spec.runPolicy.stallDetection.enabled else None,
+    rank_order=render.rank_order,
 ))

@@ -58,6 +58,7 @@ from ..client.kubeclient import KUEUE_API, KUEUE_GROUP, Kube
 from ..cache.pod_cache import JobKey
 from ..lifecycle.status import now, set_condition
 from ..client.kubeclient import kube
+from . import topology as tas
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +246,9 @@ def _template(pod: dict[str, Any]) -> dict[str, Any]:
     if spec.get("initContainers"):
         out["initContainers"] = [{k: c[k] for k in CONTAINER_FIELDS if c.get(k)} for c in spec["initContainers"]]
     out.update({k: spec[k] for k in TEMPLATE_FIELDS if spec.get(k)})
+    held = pod["metadata"].get("annotations") or {}
+    if topology := {k: held[k] for k in tas.ANNOTATIONS if k in held}:  # spec.topology (kueue/topology.py)
+        return {"metadata": {"annotations": topology}, "spec": out}
     return {"spec": out}
 
 
@@ -264,6 +268,9 @@ def _pod_sets(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
                          "pod sets")
     names = {sig: "main" if len(groups) == 1 else f"set-{i}" for i, sig in enumerate(groups)}
     sets = [{"name": names[sig], "count": g["count"], "template": g["template"]} for sig, g in groups.items()]
+    for pod_set in sets:
+        if request := tas.topology_request((pod_set["template"].get("metadata") or {}).get("annotations") or {}):
+            pod_set["topologyRequest"] = request
     return sets, {pod: names[sig] for pod, sig in of_pod.items()}
 
 
@@ -538,9 +545,13 @@ def apply_admission(kind: str, obj: dict[str, Any], objects: list[dict[str, Any]
     status = wl.get("status") or {}
     infos: dict[str, dict[str, Any]] = {}
     flavors: dict[str, dict[str, Any] | None] = {}
+    templates = {p["name"]: p.get("template") or {} for p in wl["spec"].get("podSets") or []}
     for assignment in (status.get("admission") or {}).get("podSetAssignments") or []:
         info: dict[str, Any] = {"nodeSelector": {}, "tolerations": [], "labels": {PODSET_LABEL: assignment["name"]},
-                                "annotations": {}}
+                                "annotations": {}, "topology": None}
+        if assignment.get("topologyAssignment") or assignment.get("delayedTopologyRequest"):  # admitted by TAS
+            info["topology"] = ((templates.get(assignment["name"]) or {}).get("metadata") or {}).get("annotations") \
+                or {}
         for flavor in dict.fromkeys((assignment.get("flavors") or {}).values()):
             if flavor not in flavors:
                 flavors[flavor] = kube().get_resource_flavor(flavor)
@@ -566,6 +577,8 @@ def apply_admission(kind: str, obj: dict[str, Any], objects: list[dict[str, Any]
         pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), **info["labels"]}
         if info["annotations"]:
             pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **info["annotations"]}
+        if info["topology"] is not None:
+            tas.gate(pod, wl["metadata"]["name"], info["topology"])
 
 
 def finished(kind: str, obj: dict[str, Any], status: dict[str, Any]) -> None:
@@ -609,8 +622,12 @@ def release(kind: str, namespace: str, name: str) -> None:
 
 
 def keep_off_children(objects: list[dict[str, Any]]) -> None:
-    """Drop Kueue's labels from the objects a job creates: only the job itself is a Kueue workload."""
+    """Drop Kueue's labels from the objects a job creates: only the job itself is a Kueue workload. Pods lose
+    Kueue's topology annotations too, which ``apply_admission`` gives back to a pod set that Kueue admitted by
+    topology (``kueue/topology.py``)."""
     for obj in objects:
         labels = obj["metadata"].get("labels") or {}
         for key in [k for k in labels if k.startswith("kueue.x-k8s.io/")]:
             del labels[key]
+        if obj["kind"] == "Pod":
+            tas.strip(obj)

@@ -37,6 +37,9 @@ class JobKind:
         lambda obj, spec, status, pods: None
     # The spec's hang detection, or None where the kind has none (runPolicy.stallDetection, engine jobs only).
     stall_detection: Callable[[Any], StallDetection | None] = lambda spec: None
+    # NODE_RANK ordered by placement (spec.topology of an engine job): (levels, tensor-parallel level, pods per
+    # tensor-parallel group), or None where pod i is NODE_RANK i (``topology.placement``).
+    rank_order: Callable[[Any], tuple[list[str], str | None, int] | None] = lambda spec: None
 
     @property
     def trains(self) -> bool:

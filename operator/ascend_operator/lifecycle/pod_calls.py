@@ -8,12 +8,15 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
+from ascend_engine.node_rank import NODE_RANK_ANNOTATION
+
 from ..api.group import LABEL_ATTEMPT, LABEL_JOB_KIND, LABEL_JOB_NAME, POD_FINALIZER
 from ..cache.job_pods import index
 from ..cache.pod_cache import JobKey, PodCache
 from ..client import fan_out
 from ..client.kubeclient import kube
 from ..faults import infra_fault
+from ..render import gang
 from ..kueue import integration as kueue
 from . import attempts, create_errors
 from .kinds import JobKind
@@ -50,8 +53,11 @@ def create(cache: PodCache, job: JobKind, obj: dict[str, Any], spec: Any, attemp
     namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     objects = job.render(name, namespace, spec)
     attempts.stamp(objects, name, attempt)
+    gang.stamp(objects, name, attempt)
     wanted = set(indices)
-    objects = [o for o in objects if (o["kind"] == "Pod" and index(o) in wanted) or
+    # kube-scheduler's PodGroup is the attempt's own (a pod's schedulingGroup is immutable): asked for with every
+    # creation of the attempt's pods (a 409 when it exists), as the Service and a Volcano PodGroup are once a job.
+    objects = [o for o in objects if (o["kind"] == "Pod" and index(o) in wanted) or gang.per_attempt(o) or
                (o["kind"] == "ConfigMap" and config) or (o["kind"] not in ("Pod", "ConfigMap") and others)]
     for o in objects:  # the pod stays, with its last status, until its end is counted (``pod_ends.releasable``)
         if o["kind"] == "Pod" and POD_FINALIZER not in (o["metadata"].get("finalizers") or []):
@@ -77,6 +83,9 @@ def create(cache: PodCache, job: JobKind, obj: dict[str, Any], spec: Any, attemp
     made: list[Any] = []
     for batch in ([o for o in objects if o["kind"] != "Pod"], [o for o in objects if o["kind"] == "Pod"]):
         made += _raise_first(fan_out.each(make, batch))
+    if config and attempt > 0 and any(gang.per_attempt(o) for o in objects):  # older attempts' groups are done
+        kube().delete_pod_groups(namespace, f"{LABEL_JOB_KIND}={job.kind.kind},{LABEL_JOB_NAME}={name},"
+                                            f"{LABEL_ATTEMPT}!={attempt}")
     return [c for c in made if c]
 
 
@@ -129,6 +138,20 @@ def force_delete(cache: PodCache, obj: dict[str, Any], key: JobKey, pods: list[d
             cache.gone(key, p["metadata"]["name"], p["metadata"]["uid"])
 
     _raise_first(fan_out.each(one, pods))
+
+
+def annotate_ranks(cache: PodCache, key: JobKey, ranked: list[tuple[dict[str, Any], int]]) -> int:
+    """Write each pod's NODE_RANK into its annotation (``ascend_engine.node_rank``, ``topology.placement``); one
+    patch a pod, once per attempt."""
+    def one(item: tuple[dict[str, Any], int]) -> None:
+        pod, rank = item
+        answer = kube().annotate_pod_of_uid(key[1], pod["metadata"]["name"], pod["metadata"]["uid"],
+                                     {NODE_RANK_ANNOTATION: str(rank)})
+        if answer is not None:
+            cache.released(answer)  # the pod as it is now: the next pass sees its annotation
+
+    _raise_first(fan_out.each(one, ranked))
+    return len(ranked)
 
 
 def release(cache: PodCache, key: JobKey, pods: list[dict[str, Any]]) -> int:

@@ -10,12 +10,14 @@ exist, and makes it so, as Kubernetes' Job controller does:
 5. decide (``_decide``): suspension, dependencies, then the status the current attempt's pods say
    (``status.derive``: a failed pod, or a pod deleted after it ran, restarts the gang as a new attempt), and the
    current attempt's missing indices are created when nothing of another attempt may still run (a pod deleted
-   before it ran is so replaced under its own name); an elastic resize, rank 0's progress and a stall follow;
+   before it ran is so replaced under its own name); once they are all bound, NODE_RANK's order by topology
+   (``topology.placement``, spec.topology); an elastic resize, rank 0's progress and a stall follow;
 6. record: the status is written, conditioned on the job's resourceVersion (a 409 decides again from a fresh
    read); nothing below happens unless it was written, so a count never depends on a write that was lost;
 7. act (``_act``) on the written status: delete the pods that should not exist (older attempts' pods that still
    run, the current attempt's while suspended, at the end those the policy cleans), force-delete those a lost
-   node cannot confirm, and remove the finalizer from the pods whose end the status now counts.
+   node cannot confirm, give the pods their NODE_RANK (annotations) once the order is written, and remove the
+   finalizer from the pods whose end the status now counts.
 
 Phases are derived for the user; no step branches on the phase to decide whether pods are created. Expectations
 are the pod cache's write-through (``PODS.wrote``: a pass sees the pods it just created) and the pods'
@@ -46,6 +48,7 @@ from ..client.kubeclient import STOPPING, kube
 from ..kueue import integration as kueue
 from ..progress import engine_events, history, live
 from ..recovery import goodput, stalls
+from ..topology import placement
 from . import attempts, create_errors, kstatus, pod_calls, pod_ends
 from .dependencies import cycle, readiness, refs, resolve
 from .kinds import JobKind
@@ -144,6 +147,7 @@ def _decide(job: JobKind, obj: dict[str, Any], key: JobKey, spec: Any, pods: Job
         new = _created(job, obj, status, new, created, len(todo) == expected, at)
         new = derive(pods.attempt(attempt), expected, new, policy)
     current = pods.attempt(attempt)
+    new = placement.decide(job.rank_order(effective), current, expected, attempt, new)  # NODE_RANK by topology
     if (change := job.resize(obj, spec, new, current)) is not None:
         new, reason, message = change
         if reason:  # a gang restart at the new size (a new attempt)
@@ -336,6 +340,9 @@ def _announce(job: JobKind, obj: dict[str, Any], key: JobKey, before: dict[str, 
         _event(obj, "GangRestart", f"{restarting.get('message', '')}; the running pods are stopped and the next "
                                    f"attempt's pods are named {key[2]}-<index>-{attempts.current(after)} (recovery "
                                    "level Replace)", True)
+    if (after.get("placement") or {}).get("attempt") != (before.get("placement") or {}).get("attempt") and \
+            after.get("placement"):
+        _event(obj, "RanksOrdered", placement.summary(after["placement"]))
     resizes = lambda s: (s.get("elastic") or {}).get("resizes", 0)  # noqa: E731
     if resizes(after) > resizes(before):
         resized = condition(after, "Resized") or {}
@@ -387,6 +394,8 @@ def _act(job: JobKind, obj: dict[str, Any], key: JobKey, policy: RunPolicy, stat
     for pod in pod_ends.replaced(pods, attempt, suspended or terminal):
         _event(obj, "PodReplaced", f"pod {pod['metadata']['name']} was deleted before it ran; a new pod of the same "
                                    f"name takes its place (the gang keeps attempt {attempt}, no restart counted)")
+    if not (suspended or terminal):  # each pod's NODE_RANK, once status.placement holds the attempt's order
+        pod_calls.annotate_ranks(PODS, key, placement.to_annotate(status, pods.attempt(attempt), attempt))
     suspended_gang = is_true(status, "Suspended")
     released = pod_ends.releasable(pods, attempt, terminal, suspended_gang)
     if deleted:  # a pod this pass deleted may go at once: its watch event brings no deletion the cache lacks, so

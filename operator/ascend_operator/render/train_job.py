@@ -5,10 +5,13 @@ import shlex
 from typing import Any
 
 from ascend_engine.config.tracking import JOB_NAME_ENV, JOB_NAMESPACE_ENV
+from ascend_engine.node_rank import NODE_RANK_ANNOTATION, TIMEOUT_ENV as NODE_RANK_TIMEOUT_ENV
+from ascend_engine.node_rank import WAIT_ENV as NODE_RANK_WAIT_ENV
 from ascend_engine.stacks import ANNOTATIONS_FILE_ENV
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
 from ..api.train_job import AscendTrainJobSpec
+from ..kueue import topology as kueue_topology
 from . import gang
 from .common import (CONFIG_FILE, CONFIG_MOUNT, POD_IP_ENV, config_map, container, dump_yaml, env_list, job_labels,
                      metrics_port_env, pod_spec)
@@ -142,6 +145,23 @@ def command(name: str, spec: AscendTrainJobSpec, index: int) -> list[str]:
     return ["ascend-engine", "wait-for-master", "--addr=$(MASTER_ADDR)", "--port=$(MASTER_PORT)",
             f"--timeout={spec.masterWaitSeconds}", "--", *run]
 
+def rank_order(spec: AscendTrainJobSpec) -> tuple[list[str], str | None, int] | None:
+    """(levels, tensor-parallel level, pods per tensor-parallel group) when NODE_RANK follows the placement
+    (spec.topology, the engine's launcher), else None: pod i is NODE_RANK i. A trainer command reads NODE_RANK
+    as the kubelet expands it at start, before the placement is known, so its ranks stay the pods' indices."""
+    if spec.topology is None or spec.trainer is not None:
+        return None
+    return list(spec.topology.levels), spec.topology.tensorParallel, spec.tensor_parallel_pods()
+
+
+def rank_after_placement(env: list[dict[str, Any]], spec: AscendTrainJobSpec) -> list[dict[str, Any]]:
+    """A pod other than 0 whose NODE_RANK the operator writes once the gang is placed: NODE_RANK and PET_NODE_RANK
+    from its annotation (empty until then), and the launcher told to wait for it (``ascend_engine.node_rank``)."""
+    from_annotation = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{NODE_RANK_ANNOTATION}']"}}}
+    out = [{"name": e["name"], **from_annotation} if e["name"] in ("NODE_RANK", "PET_NODE_RANK") else e for e in env]
+    return out + env_list({NODE_RANK_WAIT_ENV: NODE_RANK_ANNOTATION, NODE_RANK_TIMEOUT_ENV: str(spec.masterWaitSeconds)})
+
+
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:
     labels = job_labels(KIND, name) | {LABEL_REPLICA_INDEX: str(index)}
     if spec.devices.is_ascend() and spec.devices.ringController:
@@ -149,6 +169,8 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     device = spec.devices.extended_resource()
     limits = {device: str(spec.nprocPerNode)} if device else {}
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
+    if index > 0 and rank_order(spec) is not None:
+        env = rank_after_placement(env, spec)
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))
     main = container(spec, command(name, spec, index), env, limits, processes=spec.nprocPerNode)
@@ -170,6 +192,8 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
         "metadata": {"name": f"{name}-{index}", "labels": labels},
         "spec": body,
     }
+    if topology := kueue_topology.annotations(spec):  # Kueue's topology request (kept only for a TAS admission)
+        out["metadata"]["annotations"] = topology
     gang.mark_pod(out, name, spec)
     return out
 
