@@ -82,13 +82,14 @@ test-fast: controlplane
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PYTEST) -m "not engine and not e2e"
 
 # The long run of the fault-sequence property (docs/faults.md): FAULT_SEQUENCES random sequences of up to
-# FAULT_SEQUENCE_STEPS faults against the operator on a control plane of its own; a failure is shrunk to a minimal
-# sequence and printed. `make test` runs a short one.
+# FAULT_SEQUENCE_STEPS faults against the operator, shared by FAULT_WORKERS processes, each on a control plane of its
+# own; a failure is shrunk to a minimal sequence and printed. `make test` runs a short one.
 FAULT_SEQUENCES ?= 2000
 FAULT_SEQUENCE_STEPS ?= 14
+FAULT_WORKERS ?= 4
 test-faults: controlplane
 	PATH="$(CURDIR)/$(BIN):$$PATH" FAULT_SEQUENCES=$(FAULT_SEQUENCES) FAULT_SEQUENCE_STEPS=$(FAULT_SEQUENCE_STEPS) \
-		$(BIN)/python -m pytest -q -s -p no:cacheprovider -o timeout=0 tests/operator/test_fault_sequences.py
+		FAULT_WORKERS=$(FAULT_WORKERS) $(BIN)/python tests/operator/run_fault_sequences.py
 
 # Everything generated from the models and the operator's code: CRDs (also the chart's copy), the chart's RBAC
 # rules, and the CRD reference in docs/.

@@ -159,11 +159,12 @@ class FakeKubelet:
                                             "imageID": "", "state": {"terminated": terminated}}]
         self._patch(pod, status)
 
-    def finish_deletions(self, selector: str) -> int:
-        """For each pod being deleted on a live node: its terminal status (SIGTERM: 143 for a running container),
-        then the kubelet's final delete. How many it finished."""
+    def finish_deletions(self, selector: str, pods: list[dict[str, Any]] | None = None) -> int:
+        """For each pod being deleted on a live node (of ``pods`` when the caller has just listed them): its
+        terminal status (SIGTERM: 143 for a running container), then the kubelet's final delete. How many it
+        finished."""
         done = 0
-        for pod in self.pods(selector):
+        for pod in self.pods(selector) if pods is None else pods:
             meta = pod["metadata"]
             if not meta.get("deletionTimestamp") or not self.reports(pod) or meta.get("deletionGracePeriodSeconds") == 0:
                 continue

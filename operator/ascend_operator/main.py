@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     def ready() -> bool:
         if elector is not None and not elector.leading.is_set():
             return elector.reached_api.is_set()
-        return watching.is_set()
+        return watching.is_set() and workers.synced()
 
     if args.health:
         host, _, port = args.health.rpartition(":")

@@ -29,6 +29,9 @@ GOODPUT = Gauge("ascend_operator_job_goodput", "A training job's productive trai
                 "(status.goodput.goodput)", ["namespace", "name"], registry=REGISTRY)
 WORKQUEUE_DEPTH = Gauge("ascend_operator_workqueue_depth", "Jobs waiting for a reconcile or being reconciled (0: "
                         "the operator has caught up with every event it has seen)", registry=REGISTRY)
+INFORMERS_LISTING = Gauge("ascend_operator_informers_listing", "Informers listing their objects (at start-up, and "
+                          "after a watch expired): what changed meanwhile is not in the work queue yet",
+                          registry=REGISTRY)
 API_ERRORS = Counter("ascend_operator_api_errors", "Kubernetes API calls that failed, by HTTP status",
                      ["code"], registry=REGISTRY)
 

@@ -23,10 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
-import subprocess
 import time
-import urllib.request
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -36,6 +33,7 @@ from kubernetes import client
 
 from fake_kubelet import LABEL, TOLERATION, FakeKubelet, FakeNodes, wait
 from fault_model import Fault, JobModel, Success
+from operator_process import Operator
 from test_operator_train_job import GROUP, PLURAL, VERSION, free_port, operator_command, operator_env
 
 pytestmark = pytest.mark.operator
@@ -69,53 +67,6 @@ FAILURES = {
 }
 
 
-class Operator:
-    """``ascend-operator run`` as a process the sequence can pause, kill and start again."""
-
-    def __init__(self, kubeconfig, namespace: str, log_path) -> None:
-        self.port = free_port()
-        self.env = operator_env(kubeconfig, ASCEND_OPERATOR_METRICS_PORT=str(self.port))
-        self.namespace, self.log = namespace, open(log_path, "w")
-        self.proc: subprocess.Popen | None = None
-        self.paused = False
-
-    @property
-    def up(self) -> bool:
-        return self.proc is not None and not self.paused
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(operator_command(self.namespace, "--standalone"), env=self.env, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        self.paused = False
-        wait(lambda: self.depth() is not None, 60, "the operator's metrics endpoint")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.kill()
-        self.proc.wait(10)
-        self.proc, self.paused = None, False
-
-    def pause(self, on: bool) -> None:
-        self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
-        self.paused = on
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            self.proc.wait(15)
-        self.log.close()
-
-    def depth(self) -> float | None:
-        """Jobs queued or being reconciled (its metric), None when it does not answer."""
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2).read().decode()
-        except OSError:
-            return None
-        line = next((x for x in text.splitlines() if x.startswith("ascend_operator_workqueue_depth ")), None)
-        return float(line.split()[1]) if line else None
-
-
 @pytest.fixture(scope="module")
 def fault_cluster(control_plane, tmp_path_factory):
     """A namespace, the operator watching it, and the test's nodes, shared by every sequence of this module."""
@@ -134,12 +85,17 @@ def fault_cluster(control_plane, tmp_path_factory):
     api = client.ApiClient(configuration)
     wait(lambda: _exists(api, namespace), 30, "the namespace's default ServiceAccount")
     nodes = FakeNodes(api, NODES).start()
-    operator = Operator(kubeconfig, namespace, folder / "operator.log")
+    log = open(folder / "operator.log", "w")
+    health, metrics = free_port(), free_port()
+    operator = Operator(operator_env(kubeconfig, ASCEND_OPERATOR_METRICS_PORT=str(metrics)),
+                        operator_command(namespace, "--standalone", "--health", f"127.0.0.1:{health}")[3:],
+                        health, metrics, log)
     operator.start()
     try:
         yield api, namespace, nodes, operator
     finally:
         operator.stop()
+        log.close()
         nodes.stop()
         control_plane.request(f"/api/v1/namespaces/{namespace}", "DELETE")
         print((folder / "operator.log").read_text()[-3000:])
@@ -168,7 +124,7 @@ class FaultSequences(RuleBasedStateMachine):
                 self.nodes.restore(name)
             self.nodes.cordon(name, False)
         if not self.operator.up:
-            self.operator.kill() if self.operator.proc is not None else None
+            self.operator.kill() if self.operator.running else None
             self.operator.start()
         wait(lambda: all(self.nodes.ready(n) for n in NODES), 60, "the test's nodes Ready")
         self.name = f"seq-{os.getpid()}-{next(_names)}"
@@ -211,17 +167,17 @@ class FaultSequences(RuleBasedStateMachine):
         decision, when it could make one."""
         deadline, last, since = time.monotonic() + timeout, None, None
         while True:
-            self.kubelet.finish_deletions(self.selector)
-            job = self.job()
             pods = self.pods()
+            if self.kubelet.finish_deletions(self.selector, pods):
+                pods = self.pods()
+            job = self.job()
             state = (job["metadata"]["resourceVersion"],
                      tuple((p["metadata"]["name"], p["metadata"]["resourceVersion"]) for p in pods),
                      tuple((p["metadata"]["name"], (p.get("spec") or {}).get("nodeName")) for p in pods))
-            idle = not self.operator.up or self.operator.depth() == 0
             # pods on a node that went silent are evicted by the controllers a few seconds later (their toleration):
             # not quiet until they are gone
             stranded = [name for name, node in state[2] if node and node not in self.nodes.alive]
-            if idle and state == last and not stranded:
+            if state == last and not stranded and (not self.operator.up or self.operator.idle()):
                 since = since or time.monotonic()
                 if time.monotonic() - since >= quiet_s:
                     break
@@ -230,7 +186,7 @@ class FaultSequences(RuleBasedStateMachine):
             last = state
             if time.monotonic() > deadline:
                 raise AssertionError(f"no quiescence after {timeout}s: {job.get('status')}")
-            time.sleep(0.05)
+            time.sleep(0.1)
         if self.operator.up:  # what it may have decided, for the invariant to hold the status to
             self.candidates = self.model.outcomes()
 
@@ -343,7 +299,7 @@ class FaultSequences(RuleBasedStateMachine):
 
     # -- the operator's and the user's rules ----------------------------------------------------------------------
 
-    @precondition(lambda self: self.operator.proc is not None)
+    @precondition(lambda self: self.operator.running)
     @rule(on=st.booleans())
     def pause_operator(self, on):
         self.say("pause the operator" if on else "resume the operator")
@@ -352,7 +308,7 @@ class FaultSequences(RuleBasedStateMachine):
 
     @rule()
     def kill_and_start_operator(self):
-        if self.operator.proc is not None:
+        if self.operator.running:
             self.say("kill the operator")
             self.operator.kill()
         else:
@@ -429,9 +385,9 @@ class FaultSequences(RuleBasedStateMachine):
     def teardown(self):
         if not getattr(self, "model", None):
             return
-        if self.operator.proc is not None and self.operator.paused:
+        if self.operator.running and self.operator.paused:
             self.operator.pause(False)
-        if self.operator.proc is None:
+        if not self.operator.running:
             self.operator.start()
         for name in NODES:
             if name not in self.nodes.alive:

@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from ..client.kubeclient import LIST_CHUNK, Kube
+from ..metrics import INFORMERS_LISTING
 
 logger = logging.getLogger(__name__)
 WATCH_TIMEOUT_S = 60  # each watch request ends after this; the next resumes from the last resourceVersion
@@ -76,13 +77,14 @@ class Informer:
 
     def _list(self, namespace: str | None) -> str:
         items, token = [], None
-        while True:
-            page = json.loads(self._call(namespace, limit=LIST_CHUNK, **{"continue": token}).read())
-            items.extend(page["items"])
-            token = page["metadata"].get("continue")
-            if not token:
-                break
-        self.listed(namespace, items)
+        with INFORMERS_LISTING.track_inprogress():
+            while True:
+                page = json.loads(self._call(namespace, limit=LIST_CHUNK, **{"continue": token}).read())
+                items.extend(page["items"])
+                token = page["metadata"].get("continue")
+                if not token:
+                    break
+            self.listed(namespace, items)
         self._listed_ns.add(namespace)
         if len(self._listed_ns) == len(self._namespaces) and not self.synced.is_set():
             logger.info("%s listed (%d in %s): reconciling", self.what, len(items), namespace or "all namespaces")

@@ -182,6 +182,7 @@ class WorkloadInformer(Informer):
                     logger.info("Kueue's Workload API (%s) is not served: jobs labelled %s stay suspended until "
                                 "Kueue is installed", WORKLOAD_API_VERSION, QUEUE_LABEL)
                     self._said_absent = True
+                self.synced.set()  # an API not served has no objects: the (empty) cache is whole
                 if self._stop.wait(self.ABSENT_RETRY_S):
                     return ""  # stopping: the watch that would follow does not start
 

@@ -45,6 +45,11 @@ def _process(key: JobKey) -> None:
         _reconcile_failed(KINDS[kind], namespace, name, e)
 
 
+def synced() -> bool:
+    """Whether every informer has listed its objects once (readiness: the reconciles read a whole cache)."""
+    return bool(_informers) and all(informer.synced.is_set() for informer in _informers)
+
+
 def start() -> None:
     """The pod informer, each kind's informer, Kueue's Workloads and the shared pool that serves the queue (started
     with the operator, in kopf's start-up handler; the workers wait until the pods are listed)."""
