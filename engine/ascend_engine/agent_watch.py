@@ -22,6 +22,7 @@ from typing import Any
 
 from .inplace import (CHECKPOINTED_FILE, DELIBERATE_EXIT, EXHAUSTED_REASON, FAILURES_KEPT, MAX_LINE, RECORD_ENV,
                       REPEATED_REASON, STORE_PREFIX, TRAINED_FILE, _write)
+from .node_rank import pod_index
 
 
 def _failure(f) -> dict[str, Any]:
@@ -76,11 +77,6 @@ class JobCount:
         self.store.set(f"{self.prefix}.gave-up.{k}", json.dumps(report))
 
 
-def _pod_index() -> int | None:
-    index = os.environ.get("NODE_RANK", "")
-    return int(index) if index.isdigit() else None
-
-
 def _say(line: str) -> None:
     print(f"[torchrun] {line}", file=sys.stderr, flush=True)
 
@@ -99,7 +95,7 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
     os.environ[RECORD_ENV] = path
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"  # a fresh store per round: see worker_store
     record: dict[str, Any] = {"restarts": 0, "maxRestarts": max_restarts, "last": None, "exhausted": False,
-                              "permanent": False, "podIndex": os.environ.get("NODE_RANK"), "failures": []}
+                              "permanent": False, "podIndex": pod_index(), "failures": []}
     _write(path, record)
     monitor, restart = LocalElasticAgent._monitor_workers, SimpleElasticAgent._restart_workers
     from .inprocess import ENV_ENDPOINT, ENV_JOIN, ENV_SPARES, Coordinator, limit as in_process_limit
@@ -127,7 +123,7 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
                 continue
             f = _failure(ProcessFailure(local_rank=lr, pid=handler.proc.pid, exitcode=code,
                                         error_file=pc.error_files[lr]))
-            pod = _pod_index() or 0
+            pod = pod_index() or 0
             failure = {"failedAt": alive["at"], "rank": pod * worker_group.spec.local_world_size + lr,
                        "podIndex": pod, "localRank": lr, "exitCode": f["exitCode"], "signal": f["signal"],
                        "error": f["error"]}
@@ -192,7 +188,7 @@ def watch_agent(max_restarts: int) -> dict[str, Any]:
         repeated = bool(cause["error"]) and cause["error"] == record.get("previousError") and not trained
         record["previousError"] = cause["error"]
         base = {"status": "Failed", **({"error": cause["error"]} if cause["error"] else {}),
-                "exitCode": cause["exitCode"], "inPlaceRestarts": k, "podIndex": _pod_index()}
+                "exitCode": cause["exitCode"], "inPlaceRestarts": k, "podIndex": pod_index()}
         limit = f"(runPolicy.recovery.inPlaceRestarts {max_restarts})"
         count = None
         try:
@@ -273,4 +269,4 @@ def exhausted_report(record: dict[str, Any]) -> dict[str, Any] | None:
                        f"restart(s) (runPolicy.recovery.inPlaceRestarts {record['maxRestarts']})",
             **({"error": cause["error"]} if cause and cause.get("error") else {}),
             "exitCode": cause["exitCode"] if cause else None, "inPlaceRestarts": record["restarts"],
-            "podIndex": _pod_index()}
+            "podIndex": pod_index()}

@@ -223,11 +223,12 @@ class Session:
     def recover(self, exc: BaseException) -> bool:
         """After the training function raised: whether to run it again (the process group is torn down then)."""
         from .inplace import error_line
+        from .node_rank import pod_index
 
         failed_at = time.time()
         line = error_line(type(exc).__name__, str(exc))
         failure = {"failedAt": failed_at, "rank": int(os.environ.get("RANK", "0")),
-                   "podIndex": os.environ.get("NODE_RANK"), "localRank": os.environ.get("LOCAL_RANK"),
+                   "podIndex": pod_index(), "localRank": os.environ.get("LOCAL_RANK"),
                    "error": line}
         decision = None
         if peer_failure(exc):

@@ -23,7 +23,15 @@ from .telemetry import say
 NODE_RANK_ANNOTATION = "ascendtrain.dev/node-rank"
 WAIT_ENV = "ASCEND_NODE_RANK_FROM"  # set (to the annotation's key) on the pods whose rank comes after placement
 TIMEOUT_ENV = "ASCEND_NODE_RANK_TIMEOUT"  # seconds; the job's masterWaitSeconds
+POD_INDEX_ENV = "ASCEND_POD_INDEX"  # the pod's own index (its name's), set on the pods whose rank comes after placement
 POLL_S = 0.2
+
+
+def pod_index() -> int | None:
+    """This pod's index, the one in its name, which failure reports name; where ranks follow the pods' indices (no
+    ``spec.topology``, or a launch outside the operator) that is NODE_RANK."""
+    index = os.environ.get(POD_INDEX_ENV) or os.environ.get("NODE_RANK", "")
+    return int(index) if index.isdigit() else None
 
 
 class NodeRankTimeout(RuntimeError):

@@ -28,6 +28,10 @@ def test_exhausted_restarts_are_reported_for_the_operator_to_replace_the_gang(mo
                                  "(runPolicy.recovery.inPlaceRestarts 3)",
                       "exitCode": -9, "inPlaceRestarts": 3, "podIndex": 1}
     assert agent_watch.exhausted_report({**record, "exhausted": False}) is None  # a deliberate failure's report stands
+    # under spec.topology NODE_RANK follows the placement: the report names the pod by its own index (its name's)
+    monkeypatch.setenv("ASCEND_POD_INDEX", "3")
+    assert agent_watch.exhausted_report(record)["podIndex"] == 3
+    monkeypatch.delenv("ASCEND_POD_INDEX")
     pod = {"metadata": {"name": "j-1-0"}, "status": {"containerStatuses": [{"state": {"terminated": {
         "exitCode": 1, "reason": "Error", "message": json.dumps(report)}}}]}}
     retryable, reason, message = _failure(pod, RunPolicy())

@@ -123,6 +123,7 @@ def test_pods_after_0_wait_for_their_rank_and_pod_0_keeps_rank_0():
     assert worker["NODE_RANK"]["valueFrom"] == field and worker["PET_NODE_RANK"]["valueFrom"] == field
     assert worker[node_rank.WAIT_ENV]["value"] == node_rank.NODE_RANK_ANNOTATION
     assert worker[node_rank.TIMEOUT_ENV]["value"] == "90"
+    assert worker[node_rank.POD_INDEX_ENV]["value"] == "3" and node_rank.POD_INDEX_ENV not in env(0)
     assert ANNOTATIONS_FILE_ENV in worker  # the downwardAPI file the rank arrives through
     assert render.pod("j", "ns", _spec(), 3)["spec"]["containers"][0]["env"][3] == {"name": "NODE_RANK",
                                                                                        "value": "3"}

@@ -6,7 +6,7 @@ from typing import Any
 
 from ascend_engine.config.tracking import JOB_NAME_ENV, JOB_NAMESPACE_ENV
 from ascend_engine.node_rank import NODE_RANK_ANNOTATION, TIMEOUT_ENV as NODE_RANK_TIMEOUT_ENV
-from ascend_engine.node_rank import WAIT_ENV as NODE_RANK_WAIT_ENV
+from ascend_engine.node_rank import POD_INDEX_ENV, WAIT_ENV as NODE_RANK_WAIT_ENV
 from ascend_engine.stacks import ANNOTATIONS_FILE_ENV
 
 from ..api.group import LABEL_REPLICA_INDEX, TRAIN_JOB
@@ -154,12 +154,14 @@ def rank_order(spec: AscendTrainJobSpec) -> tuple[list[str], str | None, int] | 
     return list(spec.topology.levels), spec.topology.tensorParallel, spec.tensor_parallel_pods()
 
 
-def rank_after_placement(env: list[dict[str, Any]], spec: AscendTrainJobSpec) -> list[dict[str, Any]]:
+def rank_after_placement(env: list[dict[str, Any]], spec: AscendTrainJobSpec, index: int) -> list[dict[str, Any]]:
     """A pod other than 0 whose NODE_RANK the operator writes once the gang is placed: NODE_RANK and PET_NODE_RANK
-    from its annotation (empty until then), and the launcher told to wait for it (``ascend_engine.node_rank``)."""
+    from its annotation (empty until then), the launcher told to wait for it (``ascend_engine.node_rank``), and the
+    pod's own index, which its failure reports name (its NODE_RANK no longer is)."""
     from_annotation = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{NODE_RANK_ANNOTATION}']"}}}
     out = [{"name": e["name"], **from_annotation} if e["name"] in ("NODE_RANK", "PET_NODE_RANK") else e for e in env]
-    return out + env_list({NODE_RANK_WAIT_ENV: NODE_RANK_ANNOTATION, NODE_RANK_TIMEOUT_ENV: str(spec.masterWaitSeconds)})
+    return out + env_list({NODE_RANK_WAIT_ENV: NODE_RANK_ANNOTATION, NODE_RANK_TIMEOUT_ENV: str(spec.masterWaitSeconds),
+                           POD_INDEX_ENV: str(index)})
 
 
 def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict[str, Any]:
@@ -170,7 +172,7 @@ def pod(name: str, namespace: str, spec: AscendTrainJobSpec, index: int) -> dict
     limits = {device: str(spec.nprocPerNode)} if device else {}
     env = env_list(torchrun_env(name, namespace, spec, index)) + [POD_IP_ENV]
     if index > 0 and rank_order(spec) is not None:
-        env = rank_after_placement(env, spec)
+        env = rank_after_placement(env, spec, index)
     if spec.trainer:
         env.append(metrics_port_env(spec.trainer.metricsPort))
     main = container(spec, command(name, spec, index), env, limits, processes=spec.nprocPerNode)
