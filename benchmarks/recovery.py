@@ -20,9 +20,11 @@ until rank 0 logged a step again, read from its log. Printed as the median of th
 
 Then ``--steady`` runs (3 each) of 60 uninterrupted steps with the in-process level on (a warm spare per pod,
 ready before the timed steps; every checkpoint kept in memory and replicated) and off, interleaved: the median
-wall time of a step (rank 0's step lines) and the CPU time a step of both workers (``/proc``, steps 11-70: less
-moved by other work on a shared machine), each with the ratio; and what keeping and replicating a checkpoint
-took. And the warm spare's resident memory beside a worker's.
+wall time of a step (rank 0's step lines) and the CPU time a step of both workers and of both launchers (``/proc``,
+steps 11-70: less moved by other work on a shared machine), each with the ratio; what keeping and replicating a
+checkpoint took; and the level's own work counted where it runs (the idle spares' CPU, the keeping, the agents'
+difference) against a step's CPU, which other work on the machine does not blur. And the warm spare's resident
+memory beside a worker's.
 
     .venv/bin/python benchmarks/recovery.py [--rounds 3] [--steady 3]
 """
@@ -108,12 +110,12 @@ def rss_mib(pid: int) -> float:
 class Run:
     """One job of two launchers, its rank 0 read as the operator reads it."""
 
-    def __init__(self, kind: str, iters: int, fault: str | None) -> None:
+    def __init__(self, kind: str, iters: int, fault: str | None, in_process: bool) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix=f"recovery-{kind.replace(' ', '-')}-"))
         self.metrics = free_port()
         cfg = config(self.folder, iters, self.metrics)
         port = free_port()
-        self.in_process = fault is None or kind.startswith("InProcess")
+        self.in_process = in_process
         if fault:
             (self.folder / "hold").write_text(json.dumps([1, FAULT_AT]))
         self.procs = [launch(self.folder, pod, port, cfg, self.in_process) for pod in (0, 1)]
@@ -152,7 +154,7 @@ class Run:
 
 def recovery(kind: str) -> dict:
     fault = "raise" if kind.endswith("raise") else "kill"
-    run = Run(kind, 30, fault)
+    run = Run(kind, 30, fault, kind.startswith("InProcess"))
     out: dict = {}
     if run.in_process:
         run.wait(lambda: "[spare] warm spare" in log(run.folder, 1))  # ready, as it would be long into a run
@@ -189,27 +191,73 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def steady(in_process: bool) -> tuple[float, float, float | None]:
-    """Median ms/step of an uninterrupted run, steps 12-71. Rank 1 waits before its step 11 until both pods' warm
-    spares are ready (with the level on; the same wait point with it off), so what is timed is the level's steady cost:
-    an idle spare, and each checkpoint kept and replicated at its promotion. The spare's imports, once, are not in
-    it: they are reported beside (``spareReadySeconds``)."""
-    run = Run("steady-on" if in_process else "steady-off", 71, None)
+def written_before(folder: Path, seconds: float) -> bool:
+    """Whether no file under ``folder`` was written in the last ``seconds``."""
+    times = []
+    for path in folder.rglob("*"):
+        try:
+            times.append(path.stat().st_mtime)
+        except FileNotFoundError:  # a temporary file renamed meanwhile: something is being written
+            return False
+    return bool(times) and time.time() - max(times) > seconds
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (workers, spares and what they started)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                    children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                pass
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def is_spare(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"ascend_engine.spare" in f.read()
+    except OSError:
+        return False
+
+
+def steady(in_process: bool) -> dict[str, float | None]:
+    """An uninterrupted run, steps 12-71. Rank 1 waits before its step 11 until both pods' warm spares are ready
+    (with the level on; the same wait point with it off), so what is timed is the level's steady cost: an idle
+    spare, and each checkpoint kept and replicated at its promotion. The spare's imports, once, are not in it: they
+    are reported beside (``spareReadySeconds``). Returns the median wall ms a step (rank 0's lines) and, over the
+    60 steps, CPU ms a step of the two workers, of the two launchers (torchrun's agents) and of the spares, and the
+    ms keeping and replicating took at a promotion."""
+    run = Run("steady-on" if in_process else "steady-off", 71, None, in_process)
     (run.folder / "hold").write_text(json.dumps([1, 11]))
     if in_process:  # both pods' spares: one still importing would take a core from the timed steps
         run.wait(lambda: all("[spare] warm spare" in log(run.folder, pod) for pod in (0, 1)))
     run.wait(lambda: at(run.folder, 1).get("iteration") == 11)
-    pids = [at(run.folder, rank)["pid"] for rank in (0, 1)]
-    began = sum(cpu_seconds(pid) for pid in pids)
+    # the checkpoint of iteration 10 is written in the background: with the level off nothing else waits for it,
+    # so without this its writing fell into the timed steps of those runs only
+    run.wait(lambda: written_before(run.folder / "ckpt", 2.0))
+    workers = [at(run.folder, rank)["pid"] for rank in (0, 1)]
+    agents = [p.pid for p in run.procs]
+    spares = [pid for agent in agents for pid in descendants(agent) if is_spare(pid)]
+    groups = {"workers": workers, "agents": agents, "spares": spares}
+    began = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in groups.items()}
     (run.folder / "hold").unlink()
     run.wait(lambda: min(at(run.folder, rank).get("iteration", 0) for rank in (0, 1)) >= 71)  # steps 11-70 done
-    used = sum(cpu_seconds(pid) for pid in pids) - began
+    used = {name: sum(cpu_seconds(pid) for pid in pids) - began[name] for name, pids in groups.items()}
     run.finish()
     steps = [float(ms) for it, ms, _ in STEP.findall(log(run.folder, 0)) if int(it) > 11]
     if [p.returncode for p in run.procs] != [0, 0] or len(steps) < 50:
         raise SystemExit(f"steady run failed: {run.folder}")
     kept = re.search(r"median ([\d.]+) ms a promotion", log(run.folder, 0))
-    return statistics.median(steps), 1000 * used / 60, float(kept[1]) if kept else None
+    return {"wall": statistics.median(steps), **{name: 1000 * cpu / 60 for name, cpu in used.items()},
+            "kept": float(kept[1]) if kept else None}
 
 
 def spread(values: list[float]) -> str:
@@ -248,13 +296,24 @@ def main() -> None:
             for level in ((True, False) if r % 2 == 0 else (False, True)):
                 (on if level else off).append(steady(level))
                 print(f"steady {r + 1} level {'on' if level else 'off'}: {(on if level else off)[-1]}", flush=True)
-        for i, what in ((0, "wall ms a step (rank 0's step lines)"), (1, "CPU ms a step (both workers, steps 11-70)")):
-            a, b = [x[i] for x in on], [x[i] for x in off]
+        for key, what in (("wall", "wall ms a step (rank 0's step lines)"),
+                          ("workers", "CPU ms a step (both workers, steps 11-70)"),
+                          ("agents", "CPU ms a step (both launchers, torchrun's agents)")):
+            a, b = [x[key] for x in on], [x[key] for x in off]
             ratios = [x / y for x, y in zip(a, b)]
             print(f"uninterrupted, {what}: in-process level on {spread(a)}, off {spread(b)}; ratio on/off "
                   f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
-        print(f"keeping and replicating each promoted checkpoint (every 5 steps): {spread([x[2] for x in on])} ms")
-
+        print(f"keeping and replicating each promoted checkpoint (every 5 steps): {spread([x['kept'] for x in on])} ms")
+        # What the level does that the run without it does not, each counted where it runs, over the same steps:
+        # the idle spares' CPU, each promotion's keep-and-replicate (12 in 60 steps), the agents' difference.
+        spare = statistics.median(x["spares"] for x in on)
+        kept = statistics.median(x["kept"] or 0 for x in on) * 12 / 60
+        agents = statistics.median(x["agents"] for x in on) - statistics.median(x["agents"] for x in off)
+        step = statistics.median(x["workers"] for x in off)
+        added = spare + kept + max(agents, 0.0)
+        print(f"the level's own work a step, counted where it runs: idle spares {spare:.2f} ms, keeping checkpoints "
+              f"{kept:.2f} ms, agents {agents:+.2f} ms; {added:.2f} ms of a {step:.1f} ms step's CPU "
+              f"({100 * added / step:.2f}%)")
 
 if __name__ == "__main__":
     main()

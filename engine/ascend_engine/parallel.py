@@ -86,5 +86,14 @@ def destroy_parallel() -> None:
 
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
+    # destroy_model_parallel leaves a few groups set (the partial data-parallel ones, megatron-core 0.12-0.16): held,
+    # each keeps gloo's loop threads and sockets alive, two more groups at every in-process restart
+    for name, value in list(vars(parallel_state).items()):
+        if not (name.isupper() and "GROUP" in name):
+            continue
+        if isinstance(value, torch.distributed.ProcessGroup):
+            setattr(parallel_state, name, None)
+        elif isinstance(value, dict) and any(isinstance(v, torch.distributed.ProcessGroup) for v in value.values()):
+            value.clear()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

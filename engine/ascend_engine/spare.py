@@ -63,8 +63,9 @@ def warm(args: list[str]) -> None:
 
     if backend.name == "cpu":
         rehearse(backend)
-        # The rehearsal's model and process groups hold gloo's loop threads (50 here) until collected: left alone
-        # they woke often enough to cost an idle spare 15 ms of CPU a second.
+        # The rehearsal's model and process groups hold gloo's loop threads (51 here) until collected: left alone
+        # they woke often enough to cost an idle spare 15 ms of CPU a second (with parallel.destroy_parallel's
+        # release of the groups Megatron-core keeps, none is left).
         gc.collect()
 
 
