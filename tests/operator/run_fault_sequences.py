@@ -47,7 +47,8 @@ def main() -> int:
     for t in threads:
         t.join()
     failed = [i + 1 for i, code in enumerate(codes) if code]
-    print(f"fault sequences: {sum(done)}/{total} passed in {workers} workers, longest {longest[0]} steps, "
+    print(f"fault sequences: {sum(done)} run ({total} asked; Hypothesis may run a few more), "
+          f"{'all passed' if not failed else 'not all passed'} in {workers} workers, longest {longest[0]} steps, "
           f"{time.monotonic() - started:.0f} s" + (f"; worker(s) {failed} FAILED" if failed else ""), flush=True)
     return 1 if failed else 0
 
