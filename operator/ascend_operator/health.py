@@ -3,8 +3,9 @@
 * live: the process's control loop is turning (the leader-election loop tried the API recently, or kopf runs);
   a failing liveness probe restarts the container, so a standby that merely waits is still live;
 * ready: a leader is ready once its first watch on the custom resources has been answered by the API server
-  (handlers will see events) and every informer has listed its objects (a reconcile reads a whole cache); a standby is ready once it has read or written the Lease (it can take over),
-  so a rolling update of a 2-replica Deployment can progress while it stands by.
+  (handlers will see events) and every informer has listed its objects (a reconcile reads a whole cache); a
+  standby is ready once it has read or written the Lease (it can take over), so a rolling update of a 2-replica
+  Deployment can progress while it stands by.
 
 Served on a plain thread, because standbys run before (and without) kopf's event loop.
 """

@@ -87,9 +87,9 @@ def fault_cluster(control_plane, tmp_path_factory):
     nodes = FakeNodes(api, NODES).start()
     log = open(folder / "operator.log", "w")
     health, metrics = free_port(), free_port()
-    operator = Operator(operator_env(kubeconfig, ASCEND_OPERATOR_METRICS_PORT=str(metrics)),
-                        operator_command(namespace, "--standalone", "--health", f"127.0.0.1:{health}")[3:],
-                        health, metrics, log)
+    _python, _m, _module, *argv = operator_command(namespace, "--standalone", "--health", f"127.0.0.1:{health}")
+    operator = Operator(operator_env(kubeconfig, ASCEND_OPERATOR_METRICS_PORT=str(metrics)), argv, health, metrics,
+                        log)  # argv: what `python -m ascend_operator.main` is given
     operator.start()
     try:
         yield api, namespace, nodes, operator
