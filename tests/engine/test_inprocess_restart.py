@@ -2,8 +2,9 @@
 command line the operator renders: c10d rendezvous on pod 0, ``--max-restarts``, and the in-process settings in
 the environment), a tiny GPT checkpointing every 4 steps.
 
-One run meets two failures. Rank 1 raises in its step 6: both ranks restart the training function in their own
-processes (the pids do not change) and load iteration 4 from host memory. Later rank 1's process is killed: pod 1's
+One run meets two failures. Rank 1 raises in its step 6 (or the first after checkpoint 4 is promoted): both ranks
+restart the training function in their own processes (the pids do not change) and load that checkpoint from host
+memory. Later rank 1's process is killed: pod 1's
 agent hands its warm spare the dead worker's place, rank 0 restarts in its process, and the spare receives rank
 1's checkpoint files from rank 0, which holds their replica. No in-place restart happens, both pods end with 0,
 and every loss equals an uninterrupted twin's bit for bit (the same ops in the same order)."""
