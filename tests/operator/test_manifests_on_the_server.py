@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from ascend_engine.importer.job import import_script
+from ascend_operator.api.train_job import AscendTrainJobSpec
 
 pytestmark = pytest.mark.operator
 
@@ -96,8 +97,12 @@ def test_the_crds_are_established_and_fill_in_their_defaults(control_plane, name
     stored, status = dry_run(control_plane, namespace, job)
     assert status is None, status
     spec = stored["spec"]
-    assert (spec["nnodes"], spec["nprocPerNode"], spec["runPolicy"]["backoffLimit"]) == (1, 1, 3), spec
-    assert spec["train"]["parallel"]["tensorModelParallelSize"] == 1 and spec["devices"]["resource"], spec
+    assert (spec["nnodes"], spec["nprocPerNode"], spec["train"]["parallel"]["tensorModelParallelSize"]) == (1, 1, 1)
+    # only the sections a CEL rule reads are stored when the job does not write them; the operator's model (the
+    # engine's for train) defaults the others to the same values
+    assert not {"runPolicy", "devices", "hccl", "env"} & set(spec) and "lora" not in spec["train"], spec
+    parsed = AscendTrainJobSpec.model_validate(spec)
+    assert (parsed.runPolicy.backoffLimit, parsed.devices.resource) == (3, "huawei.com/Ascend910")
 
 
 # -- the examples ------------------------------------------------------------------------------------------------

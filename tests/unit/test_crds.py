@@ -4,8 +4,9 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.api.crdgen import render_all
+from ascend_operator.api.crdgen import _reads, openapi_schema, render_all
 from ascend_operator.api.immutability import render as immutable_spec
+from ascend_operator.api.resources import RESOURCES
 from ascend_operator.api.runtime_locks import render_admission
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +115,30 @@ def test_every_default_survives_defaulting_pruning_and_merge_patches():
             where = f"{name}: {path}"
             assert not node.get("nullable"), f"{where}: a nullable field with a default loses its null on apply"
             assert not _has_null(node["default"]), f"{where}: a null inside a default is pruned or re-defaulted"
+
+
+def test_a_job_crd_defaults_what_its_rules_read_and_nothing_else():
+    """A stored job holds the defaults its CEL rules read, so that a rule never meets a missing field the models
+    would default (``self.train.parallel.tensorModelParallelSize`` of a job that wrote no ``parallel``), and no
+    other default: every one the API server fills in is stored, listed in managedFields and decoded on every
+    write (docs/performance.md); the operator's models default the rest."""
+    for resource in (r for r in RESOURCES.values() if r.job):
+        crd = yaml.safe_load(render_all()[f"{resource.kind.crd_name}.yaml"])
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        full = openapi_schema(resource.spec)
+        read = set()
+        for path, node in _schema_nodes(spec):
+            here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)
+            for rule in node.get("x-kubernetes-validations") or []:
+                for operand in _reads(rule["rule"] + " " + rule.get("messageExpression", "")):
+                    read |= {here + operand[:i] for i in range(1, len(operand) + 1)}
+        for path, node in _schema_nodes(full):
+            here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)
+            served = _at(spec, here)
+            if "default" in node and served is not None:
+                kept = "default" in served
+                assert kept == (here in read), f"{resource.kind.kind} spec.{'.'.join(here)}: " + (
+                    "a rule reads it and its default is gone" if here in read else "defaulted, and no rule reads it")
 
 
 def _rule_operands(rule: str) -> set[tuple[str, ...]]:

@@ -103,10 +103,12 @@ def test_schedule_flags_parse_and_exclude_each_other(monkeypatch):
         load("--override-opt-param-scheduler", "--use-checkpoint-opt-param-scheduler")
 
 
-def test_eta_after_resume_counts_only_this_process():
+def test_eta_after_resume_counts_only_this_process(monkeypatch):
+    clock = [1000.0]  # the test's clock: on a loaded machine real time passes between the lines below
+    monkeypatch.setattr("ascend_engine.telemetry.time.monotonic", lambda: clock[0])
     progress = Progress("train", total=10_000, unit="iters", enabled=False, already_done=5000)
     assert progress.eta() is None  # nothing done here yet: no rate to go by
-    progress.start -= 10.0  # ten seconds in ...
+    clock[0] += 10.0  # ten seconds in ...
     progress.update(5)  # ... five iterations done by this process
     assert progress.rate() == pytest.approx(0.5, rel=0.01)
     assert progress.eta() == pytest.approx(4995 / 0.5, rel=0.01)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,11 +121,73 @@ def strip_defaults(node: Any) -> Any:
     return {k: strip_defaults(v) for k, v in node.items() if k != "default"}
 
 
+_LOOP = re.compile(r"\bself((?:\.\w+)*)\.(?:all|exists|exists_one|map|filter)\((\w+),")
+_SELECTION = re.compile(r"\b(\w+)((?:\.\w+)+)(\()?")
+
+
+def _reads(expression: str) -> set[tuple[str, ...]]:
+    """The field paths one CEL expression selects, relative to its ``self`` (a list's items are ``[]``):
+    ``self.a.b`` and, inside ``self.a.all(v, ...)``, ``v.x`` as ``a, [], x``; a method call is not a field."""
+    loops = {var: tuple(path.split(".")[1:]) + ("[]",) for path, var in _LOOP.findall(expression)}
+    out = set()
+    for head, rest, call in _SELECTION.findall(expression):
+        if head != "self" and head not in loops:
+            continue
+        names = rest.split(".")[1:]
+        out.add((() if head == "self" else loops[head]) + tuple(names[:-1] if call else names))
+    return out
+
+
+def rule_reads(node: dict[str, Any], here: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Every field path the schema's CEL rules (and their messages) may read, with each prefix below the node
+    that carries the rule (a rule runs only where its node exists): ``self.train.parallel.x`` on spec gives
+    (spec, train), (spec, train, parallel) and (spec, train, parallel, x)."""
+    out: set[tuple[str, ...]] = set()
+    for rule in node.get("x-kubernetes-validations", []):
+        for path in _reads(rule["rule"] + " " + rule.get("messageExpression", "")):
+            out |= {here + path[:i] for i in range(1, len(path) + 1)}
+    for key, sub in node.get("properties", {}).items():
+        out |= rule_reads(sub, here + (key,))
+    if isinstance(node.get("items"), dict):
+        out |= rule_reads(node["items"], here + ("[]",))
+    return out
+
+
+def _trim_default(value: Any, schema: dict[str, Any], path: tuple[str, ...], read: set[tuple[str, ...]]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    props = schema.get("properties", {})
+    return {k: _trim_default(v, props.get(k, {}), path + (k,), read) for k, v in value.items() if path + (k,) in read}
+
+
+def defaults_rules_read(node: dict[str, Any], read: set[tuple[str, ...]], path: tuple[str, ...]) -> dict[str, Any]:
+    """The schema with a default only where a CEL rule reads the field.
+
+    The API server stores every default it fills in, and the creator's managedFields list each of those fields: a
+    job stored with every section's every default (grpo, preference, lora, numerics, runPolicy, devices, ... for a
+    pretraining job) was 6.8 KB, and kube-apiserver decodes, defaults, prunes and converts all of it on every write
+    and read of the job (docs/performance.md). The operator and the engine read a spec through the same pydantic
+    models, which default what is absent to the same values; what needs a default in the stored object is a CEL
+    rule that reads the field (or reads through it), so those keep theirs."""
+    out = dict(node)
+    if "default" in node and path not in read:
+        del out["default"]
+    elif isinstance(node.get("default"), dict):
+        out["default"] = _trim_default(node["default"], node, path, read)
+    if "properties" in node:
+        out["properties"] = {k: defaults_rules_read(v, read, path + (k,)) for k, v in node["properties"].items()}
+    if isinstance(node.get("items"), dict):
+        out["items"] = defaults_rules_read(node["items"], read, path + ("[]",))
+    return out
+
+
 def crd(resource: Resource) -> dict[str, Any]:
     k = resource.kind
     spec_schema = openapi_schema(resource.spec)
     if resource.job:  # the spec's rules hold from creation on: an update may change runPolicy alone
         spec_schema = create_only(spec_schema)
+        read = rule_reads({"properties": {"spec": spec_schema}, "x-kubernetes-validations": resource.root_rules})
+        spec_schema = defaults_rules_read(spec_schema, read, ("spec",))
     else:
         spec_schema = strip_defaults(spec_schema)
     properties = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": name_schema(),
