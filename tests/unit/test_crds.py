@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.api.crdgen import _reads, openapi_schema, render_all
+from ascend_operator.api.crdgen import expression_reads, openapi_schema, render_all
 from ascend_operator.api.immutability import render as immutable_spec
 from ascend_operator.api.resources import RESOURCES
 from ascend_operator.api.runtime_locks import render_admission
@@ -130,7 +130,7 @@ def test_a_job_crd_defaults_what_its_rules_read_and_nothing_else():
         for path, node in _schema_nodes(spec):
             here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)
             for rule in node.get("x-kubernetes-validations") or []:
-                for operand in _reads(rule["rule"] + " " + rule.get("messageExpression", "")):
+                for operand in expression_reads(rule["rule"] + " " + rule.get("messageExpression", "")):
                     read |= {here + operand[:i] for i in range(1, len(operand) + 1)}
         for path, node in _schema_nodes(full):
             here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)

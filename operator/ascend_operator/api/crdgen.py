@@ -125,7 +125,7 @@ _LOOP = re.compile(r"\bself((?:\.\w+)*)\.(?:all|exists|exists_one|map|filter)\((
 _SELECTION = re.compile(r"\b(\w+)((?:\.\w+)+)(\()?")
 
 
-def _reads(expression: str) -> set[tuple[str, ...]]:
+def expression_reads(expression: str) -> set[tuple[str, ...]]:
     """The field paths one CEL expression selects, relative to its ``self`` (a list's items are ``[]``):
     ``self.a.b`` and, inside ``self.a.all(v, ...)``, ``v.x`` as ``a, [], x``; a method call is not a field."""
     loops = {var: tuple(path.split(".")[1:]) + ("[]",) for path, var in _LOOP.findall(expression)}
@@ -144,7 +144,7 @@ def rule_reads(node: dict[str, Any], here: tuple[str, ...] = ()) -> set[tuple[st
     (spec, train), (spec, train, parallel) and (spec, train, parallel, x)."""
     out: set[tuple[str, ...]] = set()
     for rule in node.get("x-kubernetes-validations", []):
-        for path in _reads(rule["rule"] + " " + rule.get("messageExpression", "")):
+        for path in expression_reads(rule["rule"] + " " + rule.get("messageExpression", "")):
             out |= {here + path[:i] for i in range(1, len(path) + 1)}
     for key, sub in node.get("properties", {}).items():
         out |= rule_reads(sub, here + (key,))
@@ -157,7 +157,8 @@ def _trim_default(value: Any, schema: dict[str, Any], path: tuple[str, ...], rea
     if not isinstance(value, dict):
         return value
     props = schema.get("properties", {})
-    return {k: _trim_default(v, props.get(k, {}), path + (k,), read) for k, v in value.items() if path + (k,) in read}
+    return {k: _trim_default(v, props.get(k, {}), path + (k,), read) for k, v in value.items()
+            if path + (k,) in read}
 
 
 def defaults_rules_read(node: dict[str, Any], read: set[tuple[str, ...]], path: tuple[str, ...]) -> dict[str, Any]:
