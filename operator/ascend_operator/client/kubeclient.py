@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 import time
 from functools import cached_property, lru_cache
@@ -25,6 +26,7 @@ from ..api.group import API_GROUP, API_VERSION, CLUSTER_TRAINING_RUNTIME, KINDS,
 from .permissions import uses, uses_on_kinds
 from ..settings import API_BACKOFF_S, API_RETRIES, REQUEST_TIMEOUT_S
 
+logger = logging.getLogger(__name__)
 _PLURALS = {k.kind: k.plural for k in KINDS}
 _CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
 # PodGroups of the gang schedulers (render/gang.py): apiVersion -> plural.
@@ -484,8 +486,9 @@ class Kube:
                           retry_conflict=False)
             else:
                 self._events.record(body)
-        except ApiException:
-            pass  # counted in ascend_operator_api_errors; the status carries the same message
+        except ApiException as e:  # counted in ascend_operator_api_errors; the status carries the same message
+            logger.warning("event %s on %s %s/%s not recorded: HTTP %s %s", reason, obj["kind"], meta["namespace"],
+                           meta["name"], e.status, e.reason)
 
 
 @lru_cache(maxsize=1)
