@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.api.crdgen import expression_reads, openapi_schema, render_all
+from ascend_operator.api.crdgen import openapi_schema, render_all, rule_reads
 from ascend_operator.api.immutability import render as immutable_spec
 from ascend_operator.api.resources import RESOURCES
 from ascend_operator.api.runtime_locks import render_admission
@@ -125,15 +125,9 @@ def test_a_job_crd_defaults_what_its_rules_read_and_nothing_else():
     for resource in (r for r in RESOURCES.values() if r.job):
         crd = yaml.safe_load(render_all()[f"{resource.kind.crd_name}.yaml"])
         spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        full = openapi_schema(resource.spec)
-        read = set()
-        for path, node in _schema_nodes(spec):
-            here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)
-            for rule in node.get("x-kubernetes-validations") or []:
-                for operand in expression_reads(rule["rule"] + " " + rule.get("messageExpression", "")):
-                    read |= {here + operand[:i] for i in range(1, len(operand) + 1)}
-        for path, node in _schema_nodes(full):
-            here = tuple(n.replace("[items]", "[]") for n in re.findall(r"\.(\w+)|(\[items\])", path) for n in n if n)
+        read = rule_reads(spec)  # what the served CRD's rules read, relative to spec
+        for path, node in _schema_nodes(openapi_schema(resource.spec)):
+            here = tuple("[]" if items else name for name, items in re.findall(r"\.(\w+)|(\[items\])", path))
             served = _at(spec, here)
             if "default" in node and served is not None:
                 kept = "default" in served

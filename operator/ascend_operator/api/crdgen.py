@@ -125,7 +125,7 @@ _LOOP = re.compile(r"\bself((?:\.\w+)*)\.(?:all|exists|exists_one|map|filter)\((
 _SELECTION = re.compile(r"\b(\w+)((?:\.\w+)+)(\()?")
 
 
-def expression_reads(expression: str) -> set[tuple[str, ...]]:
+def _expression_reads(expression: str) -> set[tuple[str, ...]]:
     """The field paths one CEL expression selects, relative to its ``self`` (a list's items are ``[]``):
     ``self.a.b`` and, inside ``self.a.all(v, ...)``, ``v.x`` as ``a, [], x``; a method call is not a field."""
     loops = {var: tuple(path.split(".")[1:]) + ("[]",) for path, var in _LOOP.findall(expression)}
@@ -144,7 +144,7 @@ def rule_reads(node: dict[str, Any], here: tuple[str, ...] = ()) -> set[tuple[st
     (spec, train), (spec, train, parallel) and (spec, train, parallel, x)."""
     out: set[tuple[str, ...]] = set()
     for rule in node.get("x-kubernetes-validations", []):
-        for path in expression_reads(rule["rule"] + " " + rule.get("messageExpression", "")):
+        for path in _expression_reads(rule["rule"] + " " + rule.get("messageExpression", "")):
             out |= {here + path[:i] for i in range(1, len(path) + 1)}
     for key, sub in node.get("properties", {}).items():
         out |= rule_reads(sub, here + (key,))
