@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from ascend_operator.api.crdgen import openapi_schema, render_all, rule_reads
+from ascend_operator.api.crdgen import openapi_schema, render_all, rule_reads, sink_rules
 from ascend_operator.api.immutability import render as immutable_spec
 from ascend_operator.api.resources import RESOURCES
 from ascend_operator.api.runtime_locks import render_admission
@@ -161,6 +161,35 @@ def _at(node: dict, path: tuple[str, ...]) -> dict | None:
         if node is None:
             return None
     return node
+
+
+def test_a_rule_that_reads_only_train_runs_on_train_with_the_same_field_path_and_message():
+    """kube-apiserver pays for every field a rule selects with a copy of the selecting node's property schemas
+    (docs/performance.md); a rule guarded by ``!has(self.train)`` that reads nothing else runs on ``train``."""
+    leaf = {"type": "integer"}
+    train = {"type": "object", "properties": {"parallel": {"type": "object", "properties": {"tp": leaf}},
+                                              "model": {"type": "object", "properties": {"heads": leaf}}}}
+    rules = [
+        {"rule": "!has(self.train) || self.train.model.heads % self.train.parallel.tp == 0",
+         "messageExpression": "'%d'.format([self.train.parallel.tp])", "message": "m",
+         "fieldPath": ".train.parallel.tp"},
+        {"rule": "!has(self.train) || self.nnodes % self.train.parallel.tp == 0", "message": "reads nnodes"},
+        {"rule": "!has(self.train) || self.train.model.heads > 0 ? true : false", "message": "ternary"},
+        {"rule": "!has(self.train) || has(self.train) && self.train.model.heads > 0", "message": "self.train"},
+        {"rule": "!has(self.train) || self.train.model.heads > 0", "message": "elsewhere", "fieldPath": ".nnodes"},
+    ]
+    schema = sink_rules({"type": "object", "properties": {"nnodes": leaf, "train": train},
+                         "x-kubernetes-validations": rules})
+    assert schema["properties"]["train"]["x-kubernetes-validations"] == [
+        {"rule": "self.model.heads % self.parallel.tp == 0", "messageExpression": "'%d'.format([self.parallel.tp])",
+         "message": "m", "fieldPath": ".parallel.tp"}]
+    assert schema["x-kubernetes-validations"] == rules[1:]
+    job = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
+    spec = job["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    on_train = spec["properties"]["train"]["x-kubernetes-validations"]
+    assert len(on_train) >= 20 and not any(re.search(r"self\.train\b", r["rule"]) for r in on_train)
+    assert all(not re.search(r"self\.train\b", r["rule"]) or re.search(r"self\.(?!train\b)", r["rule"])
+               for r in spec["x-kubernetes-validations"])  # what stays on spec reads some other field of it
 
 
 def test_every_string_and_list_a_cel_rule_reads_is_bounded():

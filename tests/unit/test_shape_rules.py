@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from ascend_engine.config.shape_rules import SHAPE_RULES, SPEC_RULES
 from ascend_engine.config.train import TrainConfig
 from ascend_operator.api.train_job import AscendTrainJobSpec
+from test_spec_validation import _cel_ok, _cel_rules
 
 
 @functools.cache
@@ -22,6 +23,12 @@ def _env():
 
 def _cel(expression: str, spec: dict):
     return _env().compile(expression).eval(data={"self": spec}).value()
+
+
+def _served(rule) -> dict:
+    """The rule as the CRD holds it (on ``spec.train`` once ``crdgen.sink_rules`` moved it there)."""
+    [served] = [r for r in _cel_rules() if r["message"] == rule.crd_rule()["message"]]
+    return served
 
 
 def _stored(spec: dict) -> dict:
@@ -95,12 +102,13 @@ def _spec(layout: dict) -> dict:
 
 @pytest.mark.parametrize("rule", SHAPE_RULES + SPEC_RULES, ids=lambda r: r.message[:60])
 def test_python_and_cel_agree_on_every_layout(rule):
-    crd = rule.crd_rule()
+    crd, served = rule.crd_rule(), _served(rule)
     broken_somewhere = kept_somewhere = False
     for layout in LAYOUTS:
         spec = _spec(layout)
         stored = _stored(spec)
         cel_ok = _cel(crd["rule"], stored) is True
+        assert _cel_ok(served, stored) == cel_ok, (served["rule"], layout)
         if rule.spec_level:
             cfg = AscendTrainJobSpec.model_construct(
                 nnodes=1, nprocPerNode=layout["world"], train=TrainConfig.model_validate(spec["train"])) \
@@ -115,6 +123,9 @@ def test_python_and_cel_agree_on_every_layout(rule):
             broken_somewhere = True
             message = _cel(crd["messageExpression"], stored) if "messageExpression" in crd else crd["message"]
             assert message == rule.text(cfg), (message, layout)
+            if "messageExpression" in served:
+                node = stored if not served["_at"] else stored["train"]
+                assert _cel(served["messageExpression"], node) == message
         else:
             kept_somewhere = True
     assert broken_somewhere and kept_somewhere, "the grid must exercise both verdicts"

@@ -16,12 +16,16 @@ CREATE_GUARD = "oldSelf.hasValue() || ("
 
 
 def _cel_rules():
-    """The spec's rules as kube-apiserver evaluates them on a create: a rule guarded to run on creation only
-    (``api/immutability.py``: ``oldSelf`` has no value then, so the guard leaves the rule itself) is its body."""
+    """The spec's rules and those on ``spec.train`` (``crdgen.sink_rules`` moves a rule that reads only ``train``
+    there), as kube-apiserver evaluates them on a create: a rule guarded to run on creation only
+    (``api/immutability.py``: ``oldSelf`` has no value then, so the guard leaves the rule itself) is its body.
+    ``_at`` says which node's ``self`` the rule reads."""
     crd = yaml.safe_load(render_all()["ascendtrainjobs.ascendtrain.dev.yaml"])
     spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    return [{**r, "rule": r["rule"].removeprefix(CREATE_GUARD).removesuffix(")")}
-            if r["rule"].startswith(CREATE_GUARD) else r for r in spec_schema["x-kubernetes-validations"]]
+    placed = [(r, ()) for r in spec_schema["x-kubernetes-validations"]]
+    placed += [(r, ("train",)) for r in spec_schema["properties"]["train"].get("x-kubernetes-validations", [])]
+    return [{**r, "rule": r["rule"].removeprefix(CREATE_GUARD).removesuffix(")"), "_at": at}
+            if r["rule"].startswith(CREATE_GUARD) else {**r, "_at": at} for r, at in placed]
 
 
 @functools.cache
@@ -35,8 +39,14 @@ def _cel_program(expression: str):
 
 def _cel_ok(rule, spec):
     """One rule of the CRD evaluated in-process by a CEL library (test_moe_config.py and test_elastic_spec.py
-    compare single rules with the model so); kube-apiserver itself judges whole jobs in tests/operator."""
-    return _cel_program(rule["rule"]).eval(data={"self": spec}).value() is True
+    compare single rules with the model so); kube-apiserver itself judges whole jobs in tests/operator. A rule
+    whose node is absent does not run."""
+    node = spec
+    for key in rule["_at"]:
+        if key not in node:
+            return True
+        node = node[key]
+    return _cel_program(rule["rule"]).eval(data={"self": node}).value() is True
 
 
 @pytest.mark.parametrize("nnodes,nproc,tp,pp,ok", [

@@ -182,11 +182,76 @@ def defaults_rules_read(node: dict[str, Any], read: set[tuple[str, ...]], path: 
     return out
 
 
+_GUARDED = re.compile(r"!has\(self\.(\w+)\) \|\| (.*)", re.S)
+
+
+def _top_level_ternary(expression: str) -> bool:
+    depth = 0
+    for char in expression:
+        depth += (char in "([{") - (char in ")]}")
+        if char == "?" and depth == 0:
+            return True
+    return False
+
+
+def _sunk(rule: dict[str, str], properties: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """``rule`` as it reads on the field it guards, when it is ``!has(self.x) || body``, ``x`` is an object of
+    this node, every read of the body and its message is under ``self.x.`` and its fieldPath is under ``.x``."""
+    match = _GUARDED.fullmatch(rule["rule"])
+    if not match or _top_level_ternary(match[2]):
+        return None
+    field, body = match[1], match[2]
+    texts = [body] + ([rule["messageExpression"]] if "messageExpression" in rule else [])
+    path = rule.get("fieldPath", "")
+    if ("properties" not in properties.get(field, {}) or not (path == f".{field}" or path.startswith(f".{field}."))
+            or any(re.search(rf"\bself\b(?!\.{field}\.)", text) for text in texts)):
+        return None
+    moved = {**rule, "rule": body.replace(f"self.{field}.", "self.")}
+    if "messageExpression" in rule:
+        moved["messageExpression"] = rule["messageExpression"].replace(f"self.{field}.", "self.")
+    if path == f".{field}":
+        del moved["fieldPath"]
+    else:
+        moved["fieldPath"] = path.removeprefix(f".{field}")
+    return field, moved
+
+
+def sink_rules(node: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each rule ``!has(self.x) || body`` that reads nothing but ``x`` moved onto ``x`` as
+    ``body``, the same check with the same message and field path.
+
+    kube-apiserver evaluates every rule of a custom resource on each write, and each field a rule selects costs it
+    a copy of the selecting node's whole property schema (CEL's object model for CRDs rebuilds that map at every
+    step): from the spec's 37 properties that is most of a create's CPU. On ``train`` the layout rules select from
+    its 13 (docs/performance.md); a job without ``train`` skips them without a guard."""
+    out = dict(node)
+    properties = dict(node.get("properties", {}))
+    kept: list[dict[str, str]] = []
+    for rule in node.get("x-kubernetes-validations", []):
+        sunk = _sunk(rule, properties)
+        if sunk is None:
+            kept.append(rule)
+        else:
+            field, moved = sunk
+            properties[field] = {**properties[field],
+                                 "x-kubernetes-validations": [*properties[field].get("x-kubernetes-validations", []),
+                                                              moved]}
+    if "x-kubernetes-validations" in node:
+        out["x-kubernetes-validations"] = kept
+        if not kept:
+            del out["x-kubernetes-validations"]
+    if properties:
+        out["properties"] = {k: sink_rules(v) for k, v in properties.items()}
+    if isinstance(node.get("items"), dict):
+        out["items"] = sink_rules(node["items"])
+    return out
+
+
 def crd(resource: Resource) -> dict[str, Any]:
     k = resource.kind
     spec_schema = openapi_schema(resource.spec)
     if resource.job:  # the spec's rules hold from creation on: an update may change runPolicy alone
-        spec_schema = create_only(spec_schema)
+        spec_schema = create_only(sink_rules(spec_schema))
         read = rule_reads({"properties": {"spec": spec_schema}, "x-kubernetes-validations": resource.root_rules})
         spec_schema = defaults_rules_read(spec_schema, read, ("spec",))
     else:
