@@ -18,7 +18,7 @@ operator, kube-apiserver, etcd and the clients a job.
 (two pods each, the same image and requests) applied to one control plane in alternating rounds, A B A B ...: apply
 -> both pods, kube-apiserver's, etcd's and the controller's CPU a job (the operator; kube-controller-manager for
 the Jobs) and the controller's requests a job (the audit log records the Job controller's ServiceAccount too);
-``--profile DIR`` keeps kube-apiserver's CPU profile of the first round of each kind and prints its top.
+``--profile DIR`` keeps kube-apiserver's CPU profile of every round (the first 20 s of it) and prints the first's top.
 
 ``large`` mode (default 64, 256, 512 and 1024 nodes): one AscendTrainJob of N nodes, in four phases:
 
@@ -702,7 +702,7 @@ def versus(n: int, rounds: int, profile_dir: Path | None, nnodes: int = 2) -> No
             results: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
             for r in range(rounds):
                 for kind in KINDS:
-                    profile = profile_dir / f"{kind}-{n}.pprof" if profile_dir and r == 0 else None
+                    profile = profile_dir / f"{kind}-{n}-{r + 1}.pprof" if profile_dir else None
                     results[kind].append(_round(op, kind, n, nnodes, f"{'AB'[list(KINDS).index(kind)]}{r + 1}",
                                                 profile))
             print("  median [min-max]:", flush=True)
@@ -716,9 +716,10 @@ def versus(n: int, rounds: int, profile_dir: Path | None, nnodes: int = 2) -> No
             if profile_dir:
                 binary = op.plane.binary("kube-apiserver")
                 for kind in KINDS:
-                    print(f"  kube-apiserver's profile while {kind}s were applied ({profile_dir}/{kind}-{n}.pprof):")
+                    print(f"  kube-apiserver's profile while the first round's {kind}s were applied "
+                          f"({profile_dir}/{kind}-{n}-1.pprof; one file a round):")
                     top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=30", str(binary),
-                                          str(profile_dir / f"{kind}-{n}.pprof")], capture_output=True, text=True)
+                                          str(profile_dir / f"{kind}-{n}-1.pprof")], capture_output=True, text=True)
                     print(top.stdout[-6000:] or top.stderr[-2000:], flush=True)
         finally:
             op.close()
@@ -729,7 +730,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("mode", choices=("jobs", "large", "versus"), nargs="?", default="jobs")
     parser.add_argument("--rounds", type=int, default=3, help="versus mode: rounds of each kind (A B A B ...)")
     parser.add_argument("--profile", type=Path, help="versus mode: a folder for kube-apiserver's CPU profiles of "
-                                                     "the first round of each kind (go tool pprof's top is printed)")
+                                                     "each round (go tool pprof's top of the first is printed)")
     parser.add_argument("--no-start-up", action="store_true",
                         help="large mode: restart the gang while its pods are still Pending (saves the 3N writes)")
     parser.add_argument("sizes", nargs="*", type=int,
