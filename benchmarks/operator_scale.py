@@ -326,6 +326,12 @@ class Operator:
         pids = {c.name: c.process.pid for c in self.plane.components if c.process is not None}
         return _cpu_s(pids[name])
 
+    def component_rss_mib(self, name: str) -> float:
+        pids = {c.name: c.process.pid for c in self.plane.components if c.process is not None}
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pids[name]}/status").read_text().splitlines()
+                      if ":" in line)
+        return int(status["VmRSS"].split()[0]) / 1024
+
     def server_cpu_s(self) -> tuple[float, float]:
         """CPU seconds of kube-apiserver and of etcd so far."""
         return self.component_cpu_s("kube-apiserver"), self.component_cpu_s("etcd")
@@ -554,7 +560,8 @@ def jobs(n: int, nnodes: int = 2) -> None:
                   f"CPU {cpu:.1f} s ({1000 * cpu / n:.1f} ms a job; API server {1000 * apiserver_cpu / n:.1f} ms a "
                   f"job, etcd {1000 * etcd_cpu / n:.1f} ms a job, clients {1000 * clients_cpu / n:.1f} ms a job); "
                   f"operator requests a job "
-                  + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c), flush=True)
+                  + " ".join(f"{v}={c / n:.2f}" for v, c in sorted(verbs.items()) if c)
+          + f"; kube-apiserver RSS {op.component_rss_mib('kube-apiserver'):.0f} MiB", flush=True)
             op.until_quiet(time.monotonic())
             cpu0, idle0 = op.cpu_s(), time.monotonic()
             time.sleep(IDLE_S)  # the jobs stay pending (no scheduler places their pods): nothing is due
