@@ -15,7 +15,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ascend_operator.client.json_transport import JsonTransport
-from ascend_operator.client.kubeclient import Kube
+from ascend_operator import metrics
+from ascend_operator.client.kubeclient import Kube, _retrying
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -106,7 +107,12 @@ def test_an_error_answer_raises_api_exception_with_the_status_message(server):
         kube._json("GET", "/missing")
     assert refused.value.status == 404 and refused.value.reason == "Not Found"
     assert json.loads(refused.value.body)["message"] == 'pods "x" not found'
-    assert kube._get("/missing") is None
+    counted = metrics.API_ERRORS.labels("404")._value.get()
+    assert kube._get("/missing") is None  # an answer (there is none), not a failed call
+    assert metrics.API_ERRORS.labels("404")._value.get() == counted
+    with pytest.raises(ApiException):
+        _retrying(lambda: kube._json("GET", "/missing"))  # a 404 the caller did not ask about is counted
+    assert metrics.API_ERRORS.labels("404")._value.get() == counted + 1
     assert kube._json("GET", "/still") == {"path": "/still", "auth": "Bearer t0ken"}  # the connection goes on
     with pytest.raises(ValueError, match="line break"):  # no header smuggled into the request
         kube._transport.call("GET", "/x", {"User-Agent": "a\r\nX-Injected: 1"}, None)

@@ -57,13 +57,17 @@ class ShuttingDown(Exception):
     """No new API call once the operator is stopping: a reconcile in flight ends at its next call."""
 
 
-def _retrying(call: Callable[[], T], retry_conflict: bool = True) -> T:
+def _retrying(call: Callable[[], T], retry_conflict: bool = True, answers: tuple[int, ...] = ()) -> T:
+    """``call``, again after a transient failure. A status in ``answers`` is what the caller asked to learn (a
+    GET's 404: there is none), raised at once and not counted in ``ascend_operator_api_errors``."""
     for attempt in range(API_RETRIES + 1):
         if STOPPING.is_set():
             raise ShuttingDown("the operator is stopping")
         try:
             return call()
         except ApiException as e:
+            if e.status in answers:
+                raise
             metrics.API_ERRORS.labels(str(e.status)).inc()
             transient = e.status in (429,) or (e.status or 0) >= 500 or (e.status == 409 and retry_conflict)
             if not transient or attempt == API_RETRIES or STOPPING.wait(API_BACKOFF_S * 2 ** attempt):
@@ -155,7 +159,7 @@ class Kube:
     def _get(self, path: str) -> dict[str, Any] | None:
         """The object at ``path``, or None when there is none (404)."""
         try:
-            return _retrying(lambda: self._json("GET", path))
+            return _retrying(lambda: self._json("GET", path), answers=(404,))
         except ApiException as e:
             if e.status == 404:
                 return None
