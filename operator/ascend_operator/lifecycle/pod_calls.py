@@ -3,6 +3,8 @@ goes a few requests at a time (``fan_out``) and writes what the server answered 
 the next reconcile sees its own writes before their watch events (a missing pod would otherwise look deleted)."""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import kopf
@@ -154,12 +156,39 @@ def annotate_ranks(cache: PodCache, key: JobKey, ranked: list[tuple[dict[str, An
     return len(ranked)
 
 
+class _Released:
+    """The uids whose finalizer this process removed (the newest 65,536): the finalizer is added only when a pod
+    is created, so a uid released once never needs it again. A pass that still sees the pod with it (a watch event
+    written before the release, read after it) asks nothing of the server: without this it sent a second patch
+    and got a 404 for a pod already gone, as the Job controller's expectations avoid."""
+
+    def __init__(self, size: int = 65536) -> None:
+        self._uids: OrderedDict[str, None] = OrderedDict()
+        self._size, self._lock = size, threading.Lock()
+
+    def add(self, uid: str) -> None:
+        with self._lock:
+            self._uids[uid] = None
+            if len(self._uids) > self._size:
+                self._uids.popitem(last=False)
+
+    def __contains__(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._uids
+
+
+RELEASED = _Released()
+
+
 def release(cache: PodCache, key: JobKey, pods: list[dict[str, Any]]) -> int:
-    """Remove the operator's finalizer from ``pods`` (their end is counted); one patch a pod."""
+    """Remove the operator's finalizer from ``pods`` (their end is counted); one patch a pod, none for a pod
+    released before."""
     def one(p: dict[str, Any]) -> None:
         answer = kube().release_pod(key[1], p["metadata"]["name"], p["metadata"]["uid"])
+        RELEASED.add(p["metadata"]["uid"])  # released now, or gone / another pod of that name (None)
         if answer is not None:
             cache.released(answer)  # the next snapshot no longer asks for it; its DELETED event removes it
 
+    pods = [p for p in pods if p["metadata"]["uid"] not in RELEASED]
     _raise_first(fan_out.each(one, pods))
     return len(pods)
